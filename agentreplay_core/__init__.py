@@ -1,0 +1,67 @@
+"""agentreplay core: record an agent's nondeterministic inputs, replay them offline.
+
+Example:
+    >>> from agentreplay_core import open_store
+    >>> store = open_store("memory:")
+    >>> with store.record(name="hello") as rec:
+    ...     answer = rec.call("tool", "add", {"a": 1, "b": 2}, lambda: 3)
+    >>> with store.replay(rec.run_id) as player:
+    ...     player.next("tool", "add", {"a": 1, "b": 2})
+    3
+    >>> store.verify(rec.run_id).ok
+    True
+"""
+
+from agentreplay_core._codec import canonical_bytes, decode, encode
+from agentreplay_core._errors import (
+    AgentReplayError,
+    IntegrityError,
+    NetworkAccessDuringReplay,
+    ReplayDivergence,
+    ReplayedError,
+    RunNotFound,
+    SerializationError,
+    StoreError,
+)
+from agentreplay_core._integrity import Problem, VerifyReport
+from agentreplay_core._keys import current_path, match_key, path_scope, strip_volatile
+from agentreplay_core._model import EmbeddingMatch, Run, RunStatus, Step, StepKind
+from agentreplay_core._player import Player
+from agentreplay_core._protocol import RunStore
+from agentreplay_core._recorder import Recorder, RecordingStats
+from agentreplay_core._store import Store
+from agentreplay_core.stores._open import open_store
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AgentReplayError",
+    "EmbeddingMatch",
+    "IntegrityError",
+    "NetworkAccessDuringReplay",
+    "Player",
+    "Problem",
+    "Recorder",
+    "RecordingStats",
+    "ReplayDivergence",
+    "ReplayedError",
+    "Run",
+    "RunNotFound",
+    "RunStatus",
+    "RunStore",
+    "SerializationError",
+    "Step",
+    "StepKind",
+    "Store",
+    "StoreError",
+    "VerifyReport",
+    "__version__",
+    "canonical_bytes",
+    "current_path",
+    "decode",
+    "encode",
+    "match_key",
+    "open_store",
+    "path_scope",
+    "strip_volatile",
+]

@@ -1,0 +1,120 @@
+"""The `agentreplay` command (typer + rich)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from agentreplay_core._errors import AgentReplayError
+from agentreplay_core._store import Store
+from agentreplay_core.stores._open import open_store
+
+app = typer.Typer(
+    help="Record and replay LLM agent runs. Exit codes: 0 ok, 1 a check failed "
+         "(verification, divergence), 2 usage or store error.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+db_app = typer.Typer(help="Database schema: migrations and status.", no_args_is_help=True)
+spool_app = typer.Typer(help="Rows spooled locally while the database was unreachable.",
+                        no_args_is_help=True)
+app.add_typer(db_app, name="db")
+app.add_typer(spool_app, name="spool")
+
+console = Console()
+err = Console(stderr=True)
+
+DsnOption = Annotated[
+    Optional[str],  # noqa: UP007 - typer needs Optional on Python 3.10
+    typer.Option("--dsn", envvar="AGENTREPLAY_DSN",
+                 help="Run store URL (postgresql://..., file:PATH, memory:); default: the "
+                      "embedded PostgreSQL."),
+]
+SchemaOption = Annotated[str, typer.Option("--schema", envvar="AGENTREPLAY_SCHEMA")]
+
+
+def _open(dsn: str | None, schema: str = "agentreplay") -> Store:
+    if dsn is None or dsn.startswith(("postgresql://", "postgres://")):
+        with console.status("Opening the run store (starting the embedded PostgreSQL if "
+                            "needed)..."):
+            return open_store(dsn, schema=schema)
+    return open_store(dsn)
+
+
+def _fail(message: str, hint: str = "", code: int = 2) -> typer.Exit:
+    err.print(f"[red]error:[/red] {message}")
+    if hint:
+        err.print(f"[dim]hint: {hint}[/dim]")
+    return typer.Exit(code)
+
+
+@app.command()
+def demo(dsn: DsnOption = None, schema: SchemaOption = "agentreplay") -> None:
+    """Record a small nondeterministic agent, replay it, compare side by side, verify."""
+    from agentreplay_core._demo_cli import run_demo
+
+    try:
+        with _open(dsn, schema) as store:
+            ok = run_demo(store, console)
+    except AgentReplayError as exc:
+        raise _fail(str(exc)) from None
+    raise typer.Exit(0 if ok else 1)
+
+
+@app.command()
+def verify(
+    run_id: Annotated[Optional[str], typer.Argument()] = None,  # noqa: UP007
+    all_runs: Annotated[bool, typer.Option("--all", help="Verify every run.")] = False,
+    dsn: DsnOption = None,
+    schema: SchemaOption = "agentreplay",
+) -> None:
+    """Check the hash chain of one run (or --all); exit 1 on any problem."""
+    if not run_id and not all_runs:
+        raise _fail("name a run id or pass --all")
+    try:
+        with _open(dsn, schema) as store:
+            reports = store.verify_all() if all_runs else [store.verify(run_id or "")]
+    except AgentReplayError as exc:
+        raise _fail(str(exc)) from None
+    bad = [r for r in reports if not r.ok]
+    for report in reports:
+        colour = "green" if report.ok else "red"
+        console.print(f"[{colour}]{report}[/{colour}]")
+    raise typer.Exit(1 if bad else 0)
+
+
+@spool_app.command("flush")
+def spool_flush(dsn: DsnOption = None, schema: SchemaOption = "agentreplay") -> None:
+    """Load rows spooled while the database was down."""
+    try:
+        with _open(dsn, schema) as store:
+            loaded = store.flush_spool()
+    except AgentReplayError as exc:
+        raise _fail(str(exc), "is the database reachable again?") from None
+    for run_id, count in loaded.items():
+        console.print(f"run {run_id}: {count} step(s) loaded")
+    console.print(f"{len(loaded)} spooled run(s) loaded")
+
+
+@db_app.command("migrate")
+def db_migrate(dsn: DsnOption = None, schema: SchemaOption = "agentreplay") -> None:
+    """Apply pending schema migrations."""
+    from agentreplay_core.stores._embedded import embedded_dsn
+    from agentreplay_core.stores._migrate import migrate
+
+    try:
+        applied = migrate(dsn or embedded_dsn(), schema)
+    except AgentReplayError as exc:
+        raise _fail(str(exc)) from None
+    console.print(f"applied migrations: {applied or 'none (up to date)'}")
+
+
+def main() -> None:
+    """Console-script entry point."""
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.exit(130)

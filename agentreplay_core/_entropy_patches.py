@@ -1,0 +1,274 @@
+"""The replacements that `record_entropy` / `replay_entropy` install (DESIGN section 6).
+
+Each factory closes over the function it replaces and over the session (an `Interceptor`), so
+a replacement that outlives its session (bound with `from time import time` while the session
+was active) keeps working: it just calls the original.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import operator
+import random
+import sys
+import types
+import uuid
+from collections.abc import Callable
+from datetime import datetime as _RealDatetime
+from datetime import timezone, tzinfo
+from typing import Any, Protocol, TypeVar
+
+T = TypeVar("T")
+D = TypeVar("D", bound=_RealDatetime)
+
+
+class Interceptor(Protocol):
+    """What a replacement asks the active session to do with one call."""
+
+    def owns(self, caller: str | None) -> bool:
+        """True when a call made now from module `caller` belongs to the run."""
+        ...
+
+    def intercept(
+        self,
+        caller: str | None,
+        kind: str,
+        name: str,
+        args: dict[str, Any],
+        live: Callable[[], T],
+        restore: Callable[[Any], T],
+    ) -> T:
+        """Record `live()` or replay it; `restore` turns a recorded value into the result."""
+        ...
+
+
+def _caller() -> str | None:
+    # 0: _caller, 1: the replacement, 2: whoever called it (the nearest Python frame when
+    # the call comes from C, e.g. `date.today()` calling `time.time`).
+    name = sys._getframe(2).f_globals.get("__name__")
+    return name if isinstance(name, str) else None
+
+
+# -- recorded value -> result (replay); TypeError / ValueError become a clear error ----------
+
+
+def as_float(value: Any) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    raise TypeError(f"holds {type(value).__name__} {value!r:.60}, expected a float")
+
+
+def as_int(value: Any) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return int(value)
+    raise TypeError(f"holds {type(value).__name__} {value!r:.60}, expected an int")
+
+
+def as_none(value: Any) -> None:
+    if value is not None:
+        raise TypeError(f"holds {type(value).__name__} {value!r:.60}, expected None")
+
+
+def as_uuid(value: Any) -> uuid.UUID:
+    if isinstance(value, uuid.UUID):
+        return value
+    if isinstance(value, str):
+        return uuid.UUID(value)
+    raise TypeError(f"holds {type(value).__name__} {value!r:.60}, expected a UUID")
+
+
+def as_bytes(value: Any, size: int) -> bytes:
+    if not isinstance(value, (bytes, bytearray, memoryview)):
+        raise TypeError(f"holds {type(value).__name__} {value!r:.60}, expected bytes")
+    data = bytes(value)
+    if len(data) != size:
+        raise ValueError(f"holds {len(data)} bytes where {size} were asked for")
+    return data
+
+
+def as_datetime(value: Any, tz: tzinfo | None) -> _RealDatetime:
+    """A real `datetime` from a recorded one, converted to `tz` as the caller asked."""
+    if isinstance(value, str):
+        value = _RealDatetime.fromisoformat(value)
+    if not isinstance(value, _RealDatetime):
+        raise TypeError(f"holds {type(value).__name__} {value!r:.60}, expected a datetime")
+    result = value if type(value) is _RealDatetime else rebuild(_RealDatetime, value)
+    if tz is None:
+        return result
+    if result.tzinfo is None:
+        raise ValueError("holds a naive datetime but the call asked for a time zone")
+    return result.astimezone(tz)
+
+
+def rebuild(cls: type[D], v: _RealDatetime) -> D:
+    return cls(v.year, v.month, v.day, v.hour, v.minute, v.second, v.microsecond, v.tzinfo,
+               fold=v.fold)
+
+
+# -- argument checks: invalid arguments go to the original, which raises its own error -------
+
+
+def _byte_count(size: object) -> int | None:
+    try:
+        n = operator.index(size)  # type: ignore[arg-type]
+    except TypeError:
+        return None
+    return n if n >= 0 else None
+
+
+def _sleep_seconds(secs: object) -> float | int | None:
+    if isinstance(secs, bool) or not isinstance(secs, (int, float)):
+        return None
+    if isinstance(secs, float) and not math.isfinite(secs):
+        return None
+    if secs < 0:
+        return None
+    return secs if type(secs) in (int, float) else float(secs)
+
+
+def _tz_label(tz: tzinfo | None) -> str | None:
+    return None if tz is None else str(tz)
+
+
+# -- replacements ---------------------------------------------------------------------------
+
+
+def time_time(s: Interceptor, orig: Callable[[], float]) -> Callable[[], float]:
+    @functools.wraps(orig)
+    def time() -> float:
+        return s.intercept(_caller(), "time", "time.time", {}, orig, as_float)
+
+    return time
+
+
+def time_time_ns(s: Interceptor, orig: Callable[[], int]) -> Callable[[], int]:
+    @functools.wraps(orig)
+    def time_ns() -> int:
+        return s.intercept(_caller(), "time", "time.time_ns", {}, orig, as_int)
+
+    return time_ns
+
+
+def time_sleep(s: Interceptor, orig: Callable[[float], None]) -> Callable[[float], None]:
+    @functools.wraps(orig)
+    def sleep(secs: float) -> None:
+        seconds = _sleep_seconds(secs)
+        if seconds is None:
+            return orig(secs)
+        return s.intercept(_caller(), "sleep", "time.sleep", {"seconds": seconds},
+                           lambda: orig(secs), as_none)
+
+    return sleep
+
+
+def uuid_uuid4(s: Interceptor, orig: Callable[[], uuid.UUID]) -> Callable[[], uuid.UUID]:
+    @functools.wraps(orig)
+    def uuid4() -> uuid.UUID:
+        return s.intercept(_caller(), "uuid", "uuid.uuid4", {}, orig, as_uuid)
+
+    return uuid4
+
+
+def os_urandom(s: Interceptor, orig: Callable[[int], bytes]) -> Callable[[int], bytes]:
+    @functools.wraps(orig)
+    def urandom(size: int) -> bytes:
+        n = _byte_count(size)
+        if n is None:
+            return orig(size)
+        return s.intercept(_caller(), "random", "os.urandom", {"n": n}, lambda: orig(size),
+                           lambda value: as_bytes(value, n))
+
+    return urandom
+
+
+def random_functions(
+    s: Interceptor, module: types.ModuleType, private: random.Random
+) -> list[tuple[str, Callable[..., Any]]]:
+    """Replacements for `random.random`, `random.choice`, ... drawing from `private`.
+
+    The module-level functions are bound methods of one hidden generator that other code
+    shares (a connection pool's jitter, drawn in a background thread, would shift the run's
+    sequence). The run gets a generator of its own; infrastructure keeps the shared one.
+    """
+    shared = vars(module)["_inst"]
+    return [(name, _route(s, function, getattr(private, name)))
+            for name, function in vars(module).items()
+            if callable(function) and getattr(function, "__self__", None) is shared]
+
+
+def _route(s: Interceptor, shared: Callable[..., Any],
+           private: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(shared)
+    def function(*args: Any, **kwargs: Any) -> Any:
+        return (private if s.owns(_caller()) else shared)(*args, **kwargs)
+
+    return function
+
+
+class _ProxyMeta(type):
+    """Makes `isinstance(real_datetime, datetime.datetime)` true while the proxy is installed."""
+
+    def __instancecheck__(cls, obj: object) -> bool:
+        if "_agentreplay_proxy" in cls.__dict__:
+            return isinstance(obj, _RealDatetime)
+        return super().__instancecheck__(obj)
+
+    def __subclasscheck__(cls, sub: type) -> bool:
+        if "_agentreplay_proxy" in cls.__dict__:
+            return issubclass(sub, _RealDatetime)
+        return super().__subclasscheck__(sub)
+
+
+def datetime_proxy(s: Interceptor, orig: type[_RealDatetime]) -> type[_RealDatetime]:
+    """A stand-in for `datetime.datetime` whose `now` / `utcnow` record or replay.
+
+    `datetime.datetime` is a C type whose methods cannot be replaced, so the module attribute
+    is swapped for this subclass. Constructing it and its other class methods give real
+    `datetime` instances, and isinstance/issubclass checks hold in both directions.
+    """
+
+    class datetime(_RealDatetime, metaclass=_ProxyMeta):
+        __slots__ = ()
+        _agentreplay_proxy = True
+
+        def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+            if cls is proxy:
+                return orig(*args, **kwargs)
+            return super().__new__(cls, *args, **kwargs)
+
+        @classmethod
+        def now(cls, tz: Any = None) -> Any:
+            if tz is not None and not isinstance(tz, tzinfo):
+                return orig.now(tz)  # raises the real TypeError
+            value = s.intercept(_caller(), "time", "datetime.now", {"tz": _tz_label(tz)},
+                                lambda: orig.now(tz), lambda v: as_datetime(v, tz))
+            return value if cls is proxy else rebuild(cls, value)
+
+        @classmethod
+        def utcnow(cls) -> Any:
+            # via now(utc): the real utcnow warns on 3.12+ with our frame as the culprit
+            value = s.intercept(_caller(), "time", "datetime.utcnow", {},
+                                lambda: orig.now(timezone.utc).replace(tzinfo=None),
+                                lambda v: as_datetime(v, None))
+            return value if cls is proxy else rebuild(cls, value)
+
+    proxy = datetime
+    # pickle finds classes by module and qualified name: make the proxy findable as itself
+    proxy.__module__ = "datetime"
+    proxy.__qualname__ = "datetime"
+    return proxy
+
+
+def datetime_reducer(proxy: type[_RealDatetime]) -> Callable[[_RealDatetime], tuple[Any, ...]]:
+    """A pickle reducer for real datetimes while the proxy is installed.
+
+    Pickle refuses a class that is not what its module attribute names, and
+    `datetime.datetime` is the proxy now; pickling through the proxy (whose constructor
+    makes real datetimes) keeps datetimes picklable, and the pickles load anywhere.
+    """
+
+    def reduce(value: _RealDatetime) -> tuple[Any, ...]:
+        return (proxy, value.__reduce_ex__(2)[1])
+
+    return reduce

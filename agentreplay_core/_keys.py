@@ -1,0 +1,73 @@
+"""Match keys and paths: how a call is recognised again during replay (DESIGN section 4)."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from collections.abc import Iterable, Iterator
+from contextvars import ContextVar
+from typing import Any
+
+from agentreplay_core._codec import canonical_bytes, encode
+
+_current_path: ContextVar[str] = ContextVar("agentreplay_path", default="")
+
+#: request fields that differ between two runs of the same code (framework run ids, timestamps)
+DEFAULT_VOLATILE_KEYS = frozenset({"run_id", "parent_run_id", "trace_id", "span_id"})
+
+
+def strip_volatile(value: Any, keys: Iterable[str] = DEFAULT_VOLATILE_KEYS) -> Any:
+    """A copy of a JSON-like request without the given keys, at any depth."""
+    drop = frozenset(keys)
+    if isinstance(value, dict):
+        return {k: strip_volatile(v, drop) for k, v in value.items() if k not in drop}
+    if isinstance(value, list):
+        return [strip_volatile(v, drop) for v in value]
+    return value
+
+
+def match_key_of_encoded(kind: str, name: str, encoded_request: Any) -> str:
+    """The match key of an already-encoded request (what the recorder stores)."""
+    digest = hashlib.sha256(canonical_bytes([kind, name, encoded_request])).hexdigest()
+    return digest[:32]
+
+
+def match_key(kind: str, name: str, request: Any) -> str:
+    """Hash of the canonical request: equal requests give equal keys, whatever the key order."""
+    return match_key_of_encoded(kind, name, encode(request, path="request"))
+
+
+def current_path() -> str:
+    """The structural position of the code running now (set with `path_scope`)."""
+    return _current_path.get()
+
+
+def join_path(parent: str, segment: str) -> str:
+    segment = segment.replace("/", "%2F")
+    return f"{parent}/{segment}" if parent else segment
+
+
+def is_inside(path: str, parent: str) -> bool:
+    """True when `path` lies strictly below `parent` in the run tree."""
+    return bool(parent) and path.startswith(parent + "/")
+
+
+@contextlib.contextmanager
+def path_scope(segment: str) -> Iterator[str]:
+    """Run the block one level deeper in the run tree; steps recorded inside get this path.
+
+    Calls made inside a step that is later replayed as a whole (the embedding call inside a
+    retriever) are recognised by this nesting and are not expected again during replay.
+    """
+    with at_path(join_path(_current_path.get(), segment)) as path:
+        yield path
+
+
+@contextlib.contextmanager
+def at_path(path: str) -> Iterator[str]:
+    """Run the block at exactly this position in the run tree."""
+    token = _current_path.set(path)
+    try:
+        yield path
+    finally:
+        _current_path.reset(token)

@@ -1,0 +1,58 @@
+"""Recorded exceptions: what is stored when a recorded call raised, and how replay re-raises it."""
+
+from __future__ import annotations
+
+import importlib
+import re
+from typing import Any
+
+from agentreplay_core._errors import ReplayedError
+
+_DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+def error_to_record(exc: BaseException) -> dict[str, Any]:
+    """The JSON-able description of an exception (type, module, message, plain args)."""
+    cls = type(exc)
+    record: dict[str, Any] = {
+        "type": cls.__qualname__,
+        "module": cls.__module__,
+        "message": str(exc),
+    }
+    if all(isinstance(a, (str, int, float, bool, type(None))) for a in exc.args):
+        record["args"] = list(exc.args)
+    return record
+
+
+def _resolve_type(module: str, qualname: str) -> type[BaseException] | None:
+    if not (_DOTTED.match(module) and _DOTTED.match(qualname)):
+        return None
+    try:
+        obj: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    except Exception:
+        return None
+    if isinstance(obj, type) and issubclass(obj, Exception):
+        return obj
+    return None
+
+
+def error_from_record(record: Any) -> BaseException:
+    """Rebuild a recorded exception: the same type where it can be imported and constructed
+    from its recorded args, else `ReplayedError` carrying type, module and message."""
+    if not isinstance(record, dict):
+        return ReplayedError("UnknownError", repr(record))
+    type_name = str(record.get("type", "Exception"))
+    module = record.get("module")
+    message = str(record.get("message", ""))
+    cls = _resolve_type(str(module), type_name) if module else None
+    if cls is not None:
+        args = record.get("args")
+        try:
+            exc = cls(*args) if isinstance(args, list) else cls(message)
+        except Exception:
+            exc = None
+        if exc is not None and str(exc) == message:
+            return exc
+    return ReplayedError(type_name, message, module if isinstance(module, str) else None)

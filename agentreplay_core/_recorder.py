@@ -1,0 +1,199 @@
+"""The Recorder: numbers steps, chains them and hands them to a writer (DESIGN section 4)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, TypeVar
+from uuid import UUID
+
+from agentreplay_core._codec import canonical_bytes, encode, unencodable_marker
+from agentreplay_core._errors import SerializationError
+from agentreplay_core._integrity import GENESIS, chain_next, step_payload
+from agentreplay_core._keys import at_path, current_path, join_path, match_key_of_encoded
+from agentreplay_core._model import RunStatus, check_kind
+from agentreplay_core._recorded_errors import error_to_record
+from agentreplay_core._writer import SyncWriter, Writer, spooled_counts
+from agentreplay_core.stores._backend import EmbeddingRow, PendingStep, RunFinish
+
+log = logging.getLogger("agentreplay")
+T = TypeVar("T")
+
+
+@dataclass
+class RecordingStats:
+    """What happened while recording; reported at run end and never raised."""
+
+    steps: int = 0
+    unencodable: int = 0
+    internal_errors: int = 0
+    spooled: int = 0
+    lost: int = 0
+
+
+def _vectors(output: Any) -> list[list[float]]:
+    """The embedding vectors in an embedding step's output: one vector or a list of them."""
+    if isinstance(output, (list, tuple)) and output:
+        if all(isinstance(x, float) for x in output):
+            return [list(output)]
+        if all(isinstance(v, (list, tuple)) and v and all(isinstance(x, float) for x in v)
+               for v in output):
+            return [list(v) for v in output]
+    return []
+
+
+class Recorder:
+    """Records the steps of one run. Thread-safe and asyncio-safe; never raises into the agent.
+
+    Obtain one from `store.record(...)`; `record()` stores a call you made yourself, `call()`
+    and `acall()` make the call and record its result or error.
+    """
+
+    def __init__(self, run_id: UUID, writer: Writer, *, hmac_key: bytes | None) -> None:
+        self.run_id = run_id
+        self._writer = writer
+        self._key = hmac_key
+        self._lock = threading.Lock()
+        self._next_step = 1
+        self._previous = GENESIS
+        self._closed = False
+        # sync rows are committed outside the lock, so threads do not queue behind each commit
+        self._sync = isinstance(writer, SyncWriter)
+        self.stats = RecordingStats()
+
+    @property
+    def step_count(self) -> int:
+        return self._next_step - 1
+
+    def _encode(self, value: Any, where: str) -> Any:
+        try:
+            return encode(value, path=where)
+        except SerializationError as exc:
+            self.stats.unencodable += 1
+            log.warning("agentreplay: run %s: %s; stored as unencodable", self.run_id, exc)
+            return unencodable_marker(value, exc)
+
+    def record(
+        self,
+        kind: str,
+        name: str,
+        input: Any,
+        output: Any,
+        *,
+        is_error: bool = False,
+        path: str | None = None,
+        match_key: str | None = None,
+        started_at: datetime | None = None,
+        duration_ms: float = 0.0,
+    ) -> int | None:
+        """Store one step; returns its number, or None if it could not be recorded."""
+        try:
+            return self._record(kind, name, input, output, is_error, path, match_key,
+                                started_at, duration_ms)
+        except Exception:
+            self.stats.internal_errors += 1
+            log.exception("agentreplay: run %s: failed to record a %s step", self.run_id, kind)
+            return None
+
+    def _record(
+        self, kind: str, name: str, input: Any, output: Any, is_error: bool,
+        path: str | None, match_key: str | None, started_at: datetime | None,
+        duration_ms: float,
+    ) -> int | None:
+        kind = check_kind(kind)
+        if self._closed:
+            self.stats.internal_errors += 1
+            log.error("agentreplay: run %s is sealed; a late %s step was dropped", self.run_id,
+                      kind)
+            return None
+        encoded_in = self._encode(input, "input")
+        encoded_out = self._encode(output, "output")
+        input_json = canonical_bytes(encoded_in)
+        output_json = canonical_bytes(encoded_out)
+        key = match_key or match_key_of_encoded(kind, name, encoded_in)
+        where = current_path() if path is None else path
+        started = started_at or datetime.now(timezone.utc)
+        vectors = _vectors(output) if kind == "embedding" and not is_error else []
+        with self._lock:
+            number = self._next_step
+            digest = chain_next(
+                self._previous,
+                step_payload(self.run_id, number, kind, name, key, where, input_json,
+                             output_json, is_error),
+                self._key,
+            )
+            pending = PendingStep(self.run_id, number, kind, name, key, where, input_json,
+                                  output_json, is_error, started, float(duration_ms),
+                                  digest.hex())
+            embeddings = [EmbeddingRow(self.run_id, number, i, v) for i, v in enumerate(vectors)]
+            self._previous = digest
+            self._next_step = number + 1
+            self.stats.steps += 1
+            if not self._sync:
+                self._writer.submit(pending, embeddings)
+        if self._sync:
+            self._writer.submit(pending, embeddings)
+        return number
+
+    def call(self, kind: str, name: str, input: Any, fn: Callable[..., T], *args: Any,
+             path: str | None = None, **kwargs: Any) -> T:
+        """Call `fn(*args, **kwargs)` and record its result, or its error (re-raised as is).
+
+        The call runs one level deeper in the run tree (`kind:name`), so what it records itself
+        (the clock, an embedding) is known to be inside it and is not expected again when the
+        call is replayed as a whole.
+        """
+        where = path if path is not None else join_path(current_path(), f"{kind}:{name}")
+        started = datetime.now(timezone.utc)
+        t0 = time.perf_counter()
+        try:
+            with at_path(where):
+                result = fn(*args, **kwargs)
+        except Exception as exc:
+            self.record(kind, name, input, error_to_record(exc), is_error=True, path=where,
+                        started_at=started, duration_ms=(time.perf_counter() - t0) * 1000)
+            raise
+        self.record(kind, name, input, result, path=where, started_at=started,
+                    duration_ms=(time.perf_counter() - t0) * 1000)
+        return result
+
+    async def acall(self, kind: str, name: str, input: Any, fn: Callable[..., Awaitable[T]],
+                    *args: Any, path: str | None = None, **kwargs: Any) -> T:
+        """Await `fn(*args, **kwargs)` and record its result or error, like `call`."""
+        where = path if path is not None else join_path(current_path(), f"{kind}:{name}")
+        started = datetime.now(timezone.utc)
+        t0 = time.perf_counter()
+        try:
+            with at_path(where):
+                result = await fn(*args, **kwargs)
+        except Exception as exc:
+            self.record(kind, name, input, error_to_record(exc), is_error=True, path=where,
+                        started_at=started, duration_ms=(time.perf_counter() - t0) * 1000)
+            raise
+        self.record(kind, name, input, result, path=where, started_at=started,
+                    duration_ms=(time.perf_counter() - t0) * 1000)
+        return result
+
+    def flush(self, timeout: float | None = 30.0) -> bool:
+        """Wait until every step recorded so far is written; False on timeout."""
+        return self._writer.wait_durable(timeout)
+
+    def _seal(self, status: RunStatus, timeout: float | None = 30.0) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            count = self._next_step - 1
+            head = self._previous.hex() if count else None
+        self._writer.submit_finish(RunFinish(self.run_id, status, count, head,
+                                             datetime.now(timezone.utc)))
+        if not self._writer.wait_durable(timeout):
+            log.error("agentreplay: run %s not fully written after %ss", self.run_id, timeout)
+        self.stats.spooled, self.stats.lost = spooled_counts(self._writer, self.run_id)
+        if self.stats.spooled or self.stats.lost or self.stats.unencodable \
+                or self.stats.internal_errors:
+            log.warning("agentreplay: run %s recorded with problems: %s", self.run_id, self.stats)

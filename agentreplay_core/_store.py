@@ -1,0 +1,283 @@
+"""`Store`: the run store users hold. Record, replay, verify on top of any backend."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+from uuid import UUID, uuid4
+
+from agentreplay_core._codec import decode
+from agentreplay_core._errors import IntegrityError, ReplayDivergence, RunNotFound
+from agentreplay_core._integrity import VerifyReport, chain_name, hmac_key_from_env, verify_chain
+from agentreplay_core._metadata import collect_metadata
+from agentreplay_core._model import EmbeddingMatch, Run, RunStatus, Step
+from agentreplay_core._player import Player, check_match_mode
+from agentreplay_core._recorder import Recorder
+from agentreplay_core._sink import Sink
+from agentreplay_core._spool import Spool
+from agentreplay_core._writer import BatchedWriter, SyncWriter, Writer, check_durability
+from agentreplay_core.stores._backend import StoreBackend
+
+log = logging.getLogger("agentreplay")
+
+OnDivergence = Literal["raise", "live"]
+_UNSET: Any = object()
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def as_run_id(run_id: UUID | str) -> UUID:
+    if isinstance(run_id, UUID):
+        return run_id
+    try:
+        return UUID(str(run_id))
+    except ValueError:
+        raise RunNotFound(run_id, "run ids are UUIDs") from None
+
+
+class Store:
+    """A run store over one backend (PostgreSQL, JSONL files or memory). See `open_store`."""
+
+    def __init__(
+        self,
+        backend: StoreBackend,
+        *,
+        hmac_key: bytes | str | None = _UNSET,
+        spool_dir: str | Path | None = None,
+        max_queue: int = 10_000,
+    ) -> None:
+        self.backend = backend
+        if hmac_key is _UNSET:
+            hmac_key = hmac_key_from_env()
+        self.hmac_key = hmac_key.encode() if isinstance(hmac_key, str) else hmac_key
+        self.spool = Spool(Path(spool_dir) if spool_dir else None)
+        self._sink = Sink(backend, self.spool)
+        self._max_queue = max_queue
+        self._batched: BatchedWriter | None = None
+        self._sync_writer = SyncWriter(self._sink)
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"<Store {self.backend.description}>"
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Write what is queued, load what was spooled if the database is back, disconnect."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._batched is not None:
+            self._batched.close(timeout=30.0)
+        else:
+            self._sink.flush_spooled()
+        self.backend.close()
+
+    def _writer(self, durability: str) -> Writer:
+        if check_durability(durability) == "sync":
+            return self._sync_writer
+        with self._lock:
+            if self._batched is None:
+                self._batched = BatchedWriter(self._sink, max_queue=self._max_queue)
+            return self._batched
+
+    # -- recording ------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def record(
+        self,
+        name: str | None = None,
+        *,
+        metadata: dict[str, Any] | None = None,
+        tags: Iterable[str] = (),
+        durability: str = "batched",
+        entropy: bool = False,
+        run_id: UUID | None = None,
+        parent_run_id: UUID | None = None,
+        fork_step: int | None = None,
+    ) -> Iterator[Recorder]:
+        """Record one run. Leaving the block seals it `complete`, or `failed` if it raised (the
+        exception propagates unchanged). A process that dies leaves it `incomplete`."""
+        writer = self._writer(durability)
+        meta = collect_metadata(metadata)
+        if tags:
+            meta["tags"] = sorted({*meta.get("tags", ()), *tags})
+        meta["agentreplay"] = {"durability": durability, "entropy": entropy}
+        run = Run(
+            run_id=run_id or uuid4(), name=name, status=RunStatus.RECORDING,
+            started_at=datetime.now(timezone.utc), parent_run_id=parent_run_id,
+            fork_step=fork_step, metadata=meta, chain=chain_name(self.hmac_key),
+        )
+        writer.submit_run(run)
+        recorder = Recorder(run.run_id, writer, hmac_key=self.hmac_key)
+        status = RunStatus.FAILED
+        try:
+            if entropy:
+                from agentreplay_core._entropy import record_entropy
+
+                with record_entropy(recorder):
+                    yield recorder
+            else:
+                yield recorder
+            status = RunStatus.COMPLETE
+        finally:
+            try:
+                recorder._seal(status)
+            except Exception:  # sealing must never replace the user's exception
+                log.exception("agentreplay: could not seal run %s", run.run_id)
+
+    # -- reading --------------------------------------------------------------------------
+
+    def get_run(self, run_id: UUID | str) -> Run:
+        """The run's row; a `recording` run whose process died on this host is marked
+        `incomplete` on the way."""
+        rid = as_run_id(run_id)
+        try:
+            run = self.backend.get_run(rid)
+        except RunNotFound as exc:
+            raise RunNotFound(rid, self._did_you_mean(str(rid))) from exc.__cause__
+        return self._reap(run)
+
+    def _did_you_mean(self, text: str) -> str:
+        finder = getattr(self.backend, "run_ids_like", None)
+        if finder is None:
+            return ""
+        close = finder(text[:4], 3)
+        return ("did you mean " + ", ".join(str(c) for c in close) + "?") if close else ""
+
+    def _reap(self, run: Run) -> Run:
+        if run.status != RunStatus.RECORDING:
+            return run
+        pid, host = run.metadata.get("pid"), run.metadata.get("host")
+        if host == socket.gethostname() and isinstance(pid, int) and not _pid_alive(pid):
+            self.backend.set_status(run.run_id, RunStatus.INCOMPLETE)
+            run.status = RunStatus.INCOMPLETE
+        return run
+
+    def list_runs(self, *, name: str | None = None, status: RunStatus | str | None = None,
+                  since: datetime | None = None, limit: int | None = 100) -> list[Run]:
+        """Runs, newest first."""
+        wanted = RunStatus(status) if status is not None else None
+        if wanted in (RunStatus.RECORDING, RunStatus.INCOMPLETE):
+            # reaping turns dead `recording` runs into `incomplete`: filter after it
+            runs = [self._reap(r) for r in self.backend.list_runs(name=name, since=since)]
+            runs = [r for r in runs if r.status == wanted]
+            return runs[:limit] if limit is not None else runs
+        return [self._reap(r) for r in self.backend.list_runs(name=name, status=wanted,
+                                                              since=since, limit=limit)]
+
+    def load_steps(self, run_id: UUID | str) -> list[Step]:
+        rid = as_run_id(run_id)
+        self.get_run(rid)
+        return self.backend.load_steps(rid)
+
+    def delete_run(self, run_id: UUID | str) -> None:
+        self.backend.delete_run(as_run_id(run_id))
+
+    def search_embeddings(self, vector: Sequence[float], limit: int = 10) -> list[EmbeddingMatch]:
+        """Nearest recorded vectors (needs PostgreSQL with pgvector)."""
+        return self.backend.search_embeddings(vector, limit)
+
+    def flush_spool(self) -> dict[UUID, int]:
+        """Load every spooled run into the backend; returns steps loaded per run."""
+        return self.spool.flush(self.backend)
+
+    # -- verification and replay ------------------------------------------------------------
+
+    def verify(self, run_id: UUID | str) -> VerifyReport:
+        """Check a run's hash chain; the report has one problem per bad step."""
+        run = self.get_run(run_id)
+        return verify_chain(run, self.backend.load_steps(run.run_id), self.hmac_key)
+
+    def verify_all(self) -> list[VerifyReport]:
+        return [self.verify(r.run_id) for r in self.list_runs(limit=None)]
+
+    @contextlib.contextmanager
+    def replay(
+        self,
+        run_id: UUID | str,
+        *,
+        match: str = "keyed",
+        allow_unused: bool = False,
+        verify: bool = True,
+        on_divergence: OnDivergence = "raise",
+        network_guard: bool = True,
+        allow_hosts: Iterable[tuple[str, int]] = (),
+        entropy: bool | None = None,
+    ) -> Iterator[Player]:
+        """Replay a recorded run: yields a `Player` that replay backends ask for results.
+
+        Refuses a run that fails verification (`IntegrityError`) unless `verify=False`. Leaving
+        the block with recorded steps never asked for raises `ReplayDivergence(missing_call)`
+        unless `allow_unused`. Entropy replay is switched on for runs that recorded it.
+        """
+        if on_divergence not in ("raise", "live"):
+            raise ValueError("on_divergence must be 'raise' or 'live'")
+        run = self.get_run(run_id)
+        steps = self.backend.load_steps(run.run_id)
+        if verify:
+            report = verify_chain(run, steps, self.hmac_key)
+            if not report.ok:
+                raise IntegrityError(
+                    f"run {run.run_id} failed verification; refusing to replay it "
+                    f"(pass verify=False to replay anyway):\n{report}", report=report)
+        player = Player(run, steps, match=check_match_mode(match))
+        recorded_entropy = bool(run.metadata.get("agentreplay", {}).get("entropy"))
+        with contextlib.ExitStack() as stack:
+            if on_divergence == "live":
+                player.fork_starter = self._fork_starter(run, stack)
+            if network_guard:
+                from agentreplay_core._netguard import network_guard as guard
+
+                endpoints = getattr(self.backend, "server_endpoints", lambda: [])()
+                stack.enter_context(guard(allow=[*endpoints, *allow_hosts], run_id=run.run_id))
+            if recorded_entropy if entropy is None else entropy:
+                from agentreplay_core._entropy import replay_entropy
+
+                stack.enter_context(replay_entropy(player))
+            yield player
+        if player.fork is None and not allow_unused:
+            player.check_all_consumed()
+
+    def _fork_starter(
+        self, run: Run, stack: contextlib.ExitStack
+    ) -> Callable[[ReplayDivergence, list[Step]], Recorder]:
+        """What starts the forked run at the first divergence; `stack` seals it at the end."""
+
+        def start(divergence: ReplayDivergence, served: list[Step]) -> Recorder:
+            fork_step = divergence.step or (len(served) + 1)
+            recorder = stack.enter_context(self.record(
+                name=run.name, metadata={"forked_from": str(run.run_id),
+                                         "divergence": divergence.classification},
+                parent_run_id=run.run_id, fork_step=fork_step,
+            ))
+            for step in served:
+                recorder.record(step.kind, step.name, decode(step.input), decode(step.output),
+                                is_error=step.is_error, path=step.path,
+                                started_at=step.started_at, duration_ms=step.duration_ms)
+            log.warning("agentreplay: run %s diverged at step %s (%s); continuing live into "
+                        "forked run %s", run.run_id, fork_step, divergence.classification,
+                        recorder.run_id)
+            return recorder
+
+        return start

@@ -1,0 +1,166 @@
+"""Writers hand a recorder's rows to the sink: in the caller's thread (`sync`) or in batches
+from a background thread (`batched`, the default)."""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import queue
+import threading
+import weakref
+from collections.abc import Sequence
+from typing import Literal, Union
+from uuid import UUID
+
+from agentreplay_core._model import Run
+from agentreplay_core._sink import Sink
+from agentreplay_core.stores._backend import EmbeddingRow, PendingStep, RunFinish
+
+log = logging.getLogger("agentreplay")
+
+Durability = Literal["batched", "sync"]
+DURABILITY_MODES: tuple[str, ...] = ("batched", "sync")
+
+
+def check_durability(value: str) -> Durability:
+    if value not in DURABILITY_MODES:
+        raise ValueError(f"durability must be one of {', '.join(DURABILITY_MODES)}, not {value!r}")
+    return value  # type: ignore[return-value]
+
+
+class SyncWriter:
+    """Each call returns once its row is committed (or spooled)."""
+
+    def __init__(self, sink: Sink) -> None:
+        self.sink = sink
+
+    def submit_run(self, run: Run) -> None:
+        self.sink.write_run(run)
+
+    def submit(self, step: PendingStep, embeddings: Sequence[EmbeddingRow]) -> None:
+        self.sink.write_rows([step], embeddings)
+
+    def submit_finish(self, finish: RunFinish) -> None:
+        self.sink.write_finish(finish)
+
+    def wait_durable(self, timeout: float | None = None) -> bool:
+        return True
+
+    def close(self, timeout: float | None = None) -> None:
+        self.sink.flush_spooled()
+
+
+_Item = Union[
+    tuple[Literal["run"], Run],
+    tuple[Literal["step"], PendingStep, Sequence[EmbeddingRow]],
+    tuple[Literal["finish"], RunFinish],
+    tuple[Literal["barrier"], threading.Event],
+    tuple[Literal["stop"], threading.Event],
+]
+
+_live_writers: weakref.WeakSet[BatchedWriter] = weakref.WeakSet()
+
+
+@atexit.register
+def _drain_all_at_exit() -> None:
+    for writer in list(_live_writers):
+        writer.close(timeout=10.0)
+
+
+class BatchedWriter:
+    """A background thread that writes rows in batches; the queue is bounded (backpressure).
+
+    Rows are written as soon as the thread is free: a batch is whatever accumulated while the
+    previous one was being written, so latency stays low when the load is light and batches
+    grow when it is heavy.
+    """
+
+    def __init__(self, sink: Sink, *, max_queue: int = 10_000, max_batch: int = 1_000) -> None:
+        self.sink = sink
+        self.max_batch = max_batch
+        self._queue: queue.Queue[_Item] = queue.Queue(maxsize=max_queue)
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="agentreplay-writer", daemon=True)
+        self._thread.start()
+        _live_writers.add(self)
+
+    def submit_run(self, run: Run) -> None:
+        self._queue.put(("run", run))
+
+    def submit(self, step: PendingStep, embeddings: Sequence[EmbeddingRow]) -> None:
+        self._queue.put(("step", step, embeddings))
+
+    def submit_finish(self, finish: RunFinish) -> None:
+        self._queue.put(("finish", finish))
+
+    def wait_durable(self, timeout: float | None = None) -> bool:
+        """Block until everything submitted so far is written (or spooled)."""
+        if not self._thread.is_alive():
+            return self._queue.empty()
+        done = threading.Event()
+        self._queue.put(("barrier", done))
+        return done.wait(timeout)
+
+    def close(self, timeout: float | None = None) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._thread.is_alive():
+            done = threading.Event()
+            self._queue.put(("stop", done))
+            if not done.wait(timeout):
+                log.error("agentreplay: writer did not drain within %ss; rows may be lost", timeout)
+        self.sink.flush_spooled()
+
+    def _run(self) -> None:
+        while True:
+            items = [self._queue.get()]
+            try:
+                while len(items) < self.max_batch:
+                    items.append(self._queue.get_nowait())
+            except queue.Empty:
+                pass
+            if self._process(items):
+                return
+
+    def _process(self, items: list[_Item]) -> bool:
+        steps: list[PendingStep] = []
+        vectors: list[EmbeddingRow] = []
+
+        def flush_steps() -> None:
+            if steps:
+                try:
+                    self.sink.write_rows(list(steps), list(vectors))
+                except Exception:  # the sink never raises; this is a last line of defence
+                    log.exception("agentreplay: writer failed to write %d step(s)", len(steps))
+                steps.clear()
+                vectors.clear()
+
+        stop: threading.Event | None = None
+        for item in items:
+            if item[0] == "step":
+                steps.append(item[1])
+                vectors.extend(item[2])
+                continue
+            flush_steps()
+            if item[0] == "run":
+                self.sink.write_run(item[1])
+            elif item[0] == "finish":
+                self.sink.write_finish(item[1])
+            elif item[0] == "barrier":
+                item[1].set()
+            else:
+                stop = item[1]
+        flush_steps()
+        if stop is not None:
+            stop.set()
+            return True
+        return False
+
+
+Writer = Union[SyncWriter, BatchedWriter]
+
+
+def spooled_counts(writer: Writer, run_id: UUID) -> tuple[int, int]:
+    """(steps spooled, steps lost) for a run."""
+    return writer.sink.spooled_steps.get(run_id, 0), writer.sink.lost_steps.get(run_id, 0)

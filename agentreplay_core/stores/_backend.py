@@ -1,0 +1,123 @@
+"""The persistence interface every store backend implements.
+
+A backend only stores and loads rows. Numbering, hashing, batching, retries, spooling and
+replay live above it (`Recorder`, writers, `Player`), so a new backend is small.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from uuid import UUID
+
+from agentreplay_core._model import EmbeddingMatch, Run, RunStatus, Step
+
+
+@dataclass(slots=True)
+class PendingStep:
+    """A step on its way to storage.
+
+    `input_json` / `output_json` are the canonical JSON bytes of `input` / `output` (the encoded
+    trees), computed once by the recorder for the checksum and reused as the stored text.
+    """
+
+    run_id: UUID
+    step: int
+    kind: str
+    name: str
+    match_key: str
+    path: str
+    input_json: bytes
+    output_json: bytes
+    is_error: bool
+    started_at: datetime
+    duration_ms: float
+    checksum: str
+
+
+@dataclass(slots=True)
+class EmbeddingRow:
+    """One recorded vector, also kept as a pgvector value for similarity search."""
+
+    run_id: UUID
+    step: int
+    position: int
+    vector: list[float]
+
+
+@dataclass(slots=True)
+class RunFinish:
+    """What sealing a run writes into its `runs` row."""
+
+    run_id: UUID
+    status: RunStatus
+    step_count: int
+    head_checksum: str | None
+    finished_at: datetime
+
+
+class StoreBackend(abc.ABC):
+    """Low-level storage of runs, steps and embedding vectors."""
+
+    #: a short URL-like description for messages, never containing a password
+    description: str = ""
+
+    @abc.abstractmethod
+    def create_run(self, run: Run) -> None:
+        """Insert a new run row (idempotent: an existing row with the same id is kept)."""
+
+    @abc.abstractmethod
+    def append(
+        self,
+        steps: Sequence[PendingStep],
+        embeddings: Sequence[EmbeddingRow] = (),
+        *,
+        idempotent: bool = False,
+    ) -> None:
+        """Store a batch of steps (and their vectors) atomically.
+
+        With `idempotent=True` rows whose `(run_id, step)` already exist are skipped, so a
+        spool can be loaded twice safely; otherwise a duplicate is an error.
+        """
+
+    @abc.abstractmethod
+    def finish_run(self, finish: RunFinish) -> None:
+        """Seal a run: status, step count, head checksum, finish time."""
+
+    @abc.abstractmethod
+    def get_run(self, run_id: UUID) -> Run:
+        """The run row; raises `RunNotFound`."""
+
+    @abc.abstractmethod
+    def list_runs(
+        self,
+        *,
+        name: str | None = None,
+        status: RunStatus | None = None,
+        since: datetime | None = None,
+        limit: int | None = None,
+    ) -> list[Run]:
+        """Runs, newest first."""
+
+    @abc.abstractmethod
+    def load_steps(self, run_id: UUID) -> list[Step]:
+        """All steps of a run ordered by step number (input/output as encoded JSON trees)."""
+
+    @abc.abstractmethod
+    def set_status(self, run_id: UUID, status: RunStatus) -> None:
+        """Change a run's status without sealing it (e.g. mark a dead run incomplete)."""
+
+    @abc.abstractmethod
+    def delete_run(self, run_id: UUID) -> None:
+        """Remove a run, its steps and its vectors."""
+
+    def search_embeddings(self, vector: Sequence[float], limit: int = 10) -> list[EmbeddingMatch]:
+        """Nearest recorded vectors (L2 distance). Backends without vector search raise."""
+        from agentreplay_core._errors import StoreError
+
+        raise StoreError(f"{self.description or type(self).__name__} has no vector search")
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections and files."""

@@ -1,0 +1,61 @@
+"""The embedded PostgreSQL: the default store when no URL or `AGENTREPLAY_DSN` is given.
+
+It comes from the `pgserver` package (PostgreSQL with pgvector in a wheel), lives in a per-user
+data directory and listens only on a Unix socket. The first process starts it; later ones
+reuse it; it stops when the last process using it exits. Usage::
+
+    from agentreplay_core.stores._embedded import embedded_dsn
+
+    dsn = embedded_dsn()  # e.g. postgresql://postgres:@/postgres?host=/tmp/...
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from agentreplay_core._errors import StoreError
+
+__all__ = ["DATA_DIR_ENV", "default_data_dir", "embedded_dsn"]
+
+#: overrides the data directory of the embedded server
+DATA_DIR_ENV = "AGENTREPLAY_EMBEDDED_DIR"
+
+
+def default_data_dir() -> Path:
+    """`$AGENTREPLAY_EMBEDDED_DIR`, else `<user data dir>/agentreplay/pgdata`."""
+    configured = os.environ.get(DATA_DIR_ENV)
+    if configured:
+        return Path(configured).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("agentreplay")) / "pgdata"
+
+
+def embedded_dsn(data_dir: Path | None = None) -> str:
+    """Start (or reuse) the embedded PostgreSQL in `data_dir` and return its DSN.
+
+    Raises:
+        StoreError: pgserver is not installed, or the server cannot start.
+    """
+    try:
+        from pgserver.postgres_server import get_server
+    except ImportError:
+        raise StoreError(
+            "no store URL and no AGENTREPLAY_DSN given, and the embedded PostgreSQL needs the "
+            'pgserver package: pip install "agentreplay[embedded]" (or set AGENTREPLAY_DSN to a '
+            "postgresql:// URL, or use file:PATH)"
+        ) from None
+    path = (Path(data_dir) if data_dir is not None else default_data_dir()).expanduser()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # "stop": the server outlives this call and stops when its last user process exits.
+        server = get_server(path, cleanup_mode="stop")
+        dsn = server.get_uri()
+    except Exception as exc:  # pgserver raises assorted subprocess and OS errors
+        raise StoreError(
+            f"could not start the embedded PostgreSQL in {path}: {exc}. Its log is "
+            f"{path / 'log'}; remove that directory to start afresh, or set AGENTREPLAY_DSN "
+            "to use another server"
+        ) from exc
+    return str(dsn)

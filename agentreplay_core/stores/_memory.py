@@ -1,0 +1,105 @@
+"""In-memory backend: for tests and short-lived scripts (nothing survives the process)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from datetime import datetime
+from uuid import UUID
+
+from agentreplay_core._codec import loads
+from agentreplay_core._errors import RunNotFound, StoreError
+from agentreplay_core._model import Run, RunStatus, Step
+from agentreplay_core.stores._backend import EmbeddingRow, PendingStep, RunFinish, StoreBackend
+
+
+def step_from_pending(row: PendingStep) -> Step:
+    """A loaded `Step` from a stored row (parsing the JSON exactly as other backends do)."""
+    return Step.model_construct(
+        run_id=row.run_id, step=row.step, kind=row.kind, name=row.name,
+        match_key=row.match_key, path=row.path, input=loads(row.input_json),
+        output=loads(row.output_json), is_error=row.is_error, started_at=row.started_at,
+        duration_ms=row.duration_ms, checksum=row.checksum,
+    )
+
+
+def filter_runs(
+    runs: Sequence[Run], name: str | None, status: RunStatus | None, since: datetime | None,
+    limit: int | None,
+) -> list[Run]:
+    """The `list_runs` semantics shared by the non-SQL backends: newest first."""
+    selected = [
+        r for r in runs
+        if (name is None or r.name == name)
+        and (status is None or r.status == status)
+        and (since is None or r.started_at >= since)
+    ]
+    selected.sort(key=lambda r: r.started_at, reverse=True)
+    return selected[:limit] if limit is not None else selected
+
+
+class MemoryBackend(StoreBackend):
+    description = "memory:"
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._runs: dict[UUID, Run] = {}
+        self._steps: dict[UUID, dict[int, PendingStep]] = {}
+
+    def create_run(self, run: Run) -> None:
+        with self._lock:
+            self._runs.setdefault(run.run_id, run.model_copy(deep=True))
+            self._steps.setdefault(run.run_id, {})
+
+    def append(self, steps: Sequence[PendingStep], embeddings: Sequence[EmbeddingRow] = (),
+               *, idempotent: bool = False) -> None:
+        with self._lock:
+            if not idempotent:
+                for row in steps:
+                    if row.step in self._steps.get(row.run_id, {}):
+                        raise StoreError(f"run {row.run_id} already has step {row.step}")
+            for row in steps:
+                self._steps.setdefault(row.run_id, {}).setdefault(row.step, row)
+
+    def finish_run(self, finish: RunFinish) -> None:
+        with self._lock:
+            run = self._get(finish.run_id)
+            run.status = finish.status
+            run.step_count = finish.step_count
+            run.head_checksum = finish.head_checksum
+            run.finished_at = finish.finished_at
+
+    def _get(self, run_id: UUID) -> Run:
+        try:
+            return self._runs[run_id]
+        except KeyError:
+            raise RunNotFound(run_id) from None
+
+    def get_run(self, run_id: UUID) -> Run:
+        with self._lock:
+            return self._get(run_id).model_copy(deep=True)
+
+    def list_runs(self, *, name: str | None = None, status: RunStatus | None = None,
+                  since: datetime | None = None, limit: int | None = None) -> list[Run]:
+        with self._lock:
+            runs = [r.model_copy(deep=True) for r in self._runs.values()]
+        return filter_runs(runs, name, status, since, limit)
+
+    def load_steps(self, run_id: UUID) -> list[Step]:
+        with self._lock:
+            self._get(run_id)
+            rows = sorted(self._steps.get(run_id, {}).values(), key=lambda r: r.step)
+        return [step_from_pending(r) for r in rows]
+
+    def set_status(self, run_id: UUID, status: RunStatus) -> None:
+        with self._lock:
+            self._get(run_id).status = status
+
+    def delete_run(self, run_id: UUID) -> None:
+        with self._lock:
+            self._runs.pop(run_id, None)
+            self._steps.pop(run_id, None)
+
+    def run_ids_like(self, prefix: str, limit: int = 5) -> list[UUID]:
+        with self._lock:
+            return [r for r in self._runs if str(r).startswith(prefix)][:limit]

@@ -1,0 +1,60 @@
+"""`open_store(url)`: one entry point for every kind of run store."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from agentreplay_core._errors import StoreError
+from agentreplay_core._store import Store
+
+DSN_ENV = "AGENTREPLAY_DSN"
+SCHEMA_ENV = "AGENTREPLAY_SCHEMA"
+
+
+def open_store(url: str | os.PathLike[str] | None = None, **options: Any) -> Store:
+    """Open a run store.
+
+    - `postgresql://...` (or `postgres://`): PostgreSQL (needs `agentreplay[postgres]`);
+      `schema=` selects the schema (default `agentreplay`, or `AGENTREPLAY_SCHEMA`).
+    - `file:PATH` or a plain path: JSONL files (a directory, or one exported `.jsonl` run).
+    - `memory:`: in memory, for tests.
+    - nothing: `AGENTREPLAY_DSN` if set, else the embedded PostgreSQL from `pgserver`
+      (`agentreplay[embedded]`), started in a per-user data directory.
+
+    Other keyword options go to `Store` (`hmac_key`, `spool_dir`, `max_queue`) or, for
+    PostgreSQL, to the backend (`schema`, `max_size`, `migrate`).
+    """
+    store_options = {k: options.pop(k) for k in ("hmac_key", "spool_dir", "max_queue")
+                     if k in options}
+    if url is None:
+        url = os.environ.get(DSN_ENV) or None
+    if url is None:
+        from agentreplay_core.stores._embedded import embedded_dsn
+
+        url = embedded_dsn()
+    text = os.fspath(url)
+    if text.startswith(("postgresql://", "postgres://")) or (
+        "=" in text and not text.startswith(("file:", "memory:")) and "dbname" in text
+    ):
+        try:
+            from agentreplay_core.stores._postgres import PostgresBackend
+        except ImportError as exc:
+            raise StoreError(
+                f"PostgreSQL support is not installed ({exc.name} missing): "
+                'pip install "agentreplay[postgres]"') from None
+        options.setdefault("schema", os.environ.get(SCHEMA_ENV, "agentreplay"))
+        return Store(PostgresBackend(text, **options), **store_options)
+    if options:
+        raise TypeError(f"unexpected options for {text}: {', '.join(options)}")
+    if text == "memory:" or text.startswith("memory:"):
+        from agentreplay_core.stores._memory import MemoryBackend
+
+        return Store(MemoryBackend(), **store_options)
+    from agentreplay_core.stores._file import FileBackend
+
+    path = text[len("file:"):] if text.startswith("file:") else text
+    if not path:
+        raise StoreError("file: store needs a path, e.g. file:./runs or file:run.jsonl")
+    return Store(FileBackend(Path(path).expanduser()), **store_options)

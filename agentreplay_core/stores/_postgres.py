@@ -1,0 +1,372 @@
+"""The PostgreSQL store backend (psycopg 3 + psycopg_pool).
+
+Steps arrive in batches and go in with COPY, one transaction per batch. Connection trouble
+surfaces as `DatabaseUnavailable` (a `StoreError`) naming the server, never as a raw driver or
+pool traceback. Usage::
+
+    backend = PostgresBackend("postgresql://me@db.example/agents", schema="agentreplay")
+    runs = backend.list_runs(limit=10)
+    backend.close()
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from types import TracebackType
+from typing import Any
+from uuid import UUID
+
+import psycopg
+from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
+
+from agentreplay_core import _codec
+from agentreplay_core._errors import RunNotFound, StoreError
+from agentreplay_core._model import EmbeddingMatch, Run, RunStatus, Step
+from agentreplay_core.stores import _sql
+from agentreplay_core.stores._backend import EmbeddingRow, PendingStep, RunFinish, StoreBackend
+from agentreplay_core.stores._migrate import (
+    DatabaseUnavailable,
+    apply_migrations,
+    connect,
+    dsn_endpoints,
+    explain_failure,
+    extension_schema,
+    read_status,
+    redact_dsn,
+)
+
+__all__ = ["DatabaseUnavailable", "PostgresBackend"]
+
+Conn = psycopg.Connection[Any]
+
+_MAX_VECTOR_DIMS = 16_000  # pgvector's limit for the `vector` type
+_FLOAT32_MAX = 3.4028234663852886e38
+_HEX_RE = re.compile(r"^[0-9a-f]{0,32}$")
+
+
+def vector_text(vector: Sequence[float]) -> str | None:
+    """pgvector's text form of `vector`, or None if pgvector cannot hold it."""
+    values = [float(x) for x in vector]
+    if not 1 <= len(values) <= _MAX_VECTOR_DIMS:
+        return None
+    if not all(math.isfinite(x) and abs(x) <= _FLOAT32_MAX for x in values):
+        return None
+    return "[" + ",".join(map(repr, values)) + "]"
+
+
+class PostgresBackend(StoreBackend):
+    """Runs, steps and vectors in a PostgreSQL schema.
+
+    Args:
+        dsn: a libpq connection string or `postgresql://` URL.
+        schema: the schema holding the tables (created if missing).
+        min_size, max_size: connection pool bounds.
+        migrate: apply pending migrations at open (else fail if the schema is behind).
+        connect_timeout: seconds to wait for a connection before raising `DatabaseUnavailable`.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        schema: str = "agentreplay",
+        min_size: int = 1,
+        max_size: int = 8,
+        migrate: bool = True,
+        connect_timeout: float = 10,
+    ) -> None:
+        self.schema = _sql.check_schema_name(schema)
+        self.description = redact_dsn(dsn) or "PostgreSQL (libpq defaults)"
+        self._dsn = dsn
+        self._timeout = float(connect_timeout)
+        with connect(dsn, timeout=self._timeout) as conn:
+            try:
+                self._prepare_schema(conn, migrate)
+                self._vector_schema = self._find_vector_schema(conn)
+            except psycopg.Error as exc:
+                raise StoreError(
+                    f"cannot prepare schema {schema!r} on {self.description}: "
+                    f"{explain_failure(exc, dsn)}"
+                ) from exc
+        #: whether similarity search works (pgvector present and the embeddings table made)
+        self.has_pgvector = self._vector_schema is not None
+        self._pool: ConnectionPool[Conn] = ConnectionPool(
+            dsn,
+            min_size=min_size,
+            max_size=max_size,
+            kwargs={"autocommit": True, "connect_timeout": max(2, math.ceil(self._timeout))},
+            configure=_configure,
+            check=ConnectionPool.check_connection,  # survive a server restart
+            timeout=self._timeout,
+            # Give up background reconnection quickly: the next call then connects on demand
+            # instead of waiting out a long exponential backoff after the server is back.
+            reconnect_timeout=self._timeout,
+            name=f"agentreplay:{schema}",
+            open=False,
+        )
+        self._pool.open(wait=False)
+
+    def _prepare_schema(self, conn: Conn, migrate: bool) -> None:
+        if migrate:
+            apply_migrations(conn, self.schema)
+            return
+        behind = [s for s in read_status(conn, self.schema) if s.state == "pending"]
+        if behind:
+            names = ", ".join(f"{s.version:04d}_{s.name}" for s in behind)
+            raise StoreError(
+                f"schema {self.schema!r} on {self.description} lacks migrations {names}; "
+                f"run `agentreplay db migrate` or open the store with migrate=True"
+            )
+
+    def _find_vector_schema(self, conn: Conn) -> str | None:
+        row = conn.execute(_sql.table_exists(), (self.schema, "embeddings")).fetchone()
+        return extension_schema(conn, "vector") if row and row[0] else None
+
+    # -- plumbing -------------------------------------------------------------------------
+
+    @contextmanager
+    def _connection(self, action: str) -> Iterator[Conn]:
+        """A pooled connection; driver and pool errors become `StoreError`s naming `action`."""
+        try:
+            with self._pool.connection(timeout=self._timeout) as conn:
+                yield conn
+        except PoolTimeout:
+            reason = _probe(self._dsn)
+            raise DatabaseUnavailable(
+                f"cannot {action}: no connection to {self.description} within "
+                f"{self._timeout:g}s. {reason}"
+            ) from None  # the pool's own timeout says nothing more
+        except PoolClosed as exc:
+            raise StoreError(f"cannot {action}: the store {self.description} is closed") from exc
+        except psycopg.OperationalError as exc:
+            raise DatabaseUnavailable(
+                f"cannot {action} on {self.description}: {explain_failure(exc, self._dsn)}"
+            ) from exc
+        except psycopg.errors.UndefinedTable as exc:
+            raise StoreError(
+                f"cannot {action}: tables missing in schema {self.schema!r} on "
+                f"{self.description} ({exc}); run `agentreplay db migrate`"
+            ) from exc
+        except psycopg.Error as exc:
+            raise StoreError(
+                f"cannot {action} on {self.description}: {explain_failure(exc, self._dsn)}"
+            ) from exc
+
+    def close(self) -> None:
+        """Close the pool; later calls raise `StoreError`."""
+        self._pool.close()
+
+    def __enter__(self) -> PostgresBackend:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"PostgresBackend({self.description!r}, schema={self.schema!r})"
+
+    # -- runs ------------------------------------------------------------------------------
+
+    def create_run(self, run: Run) -> None:
+        params = (
+            run.run_id, run.name, run.status.value, run.started_at, run.finished_at,
+            run.parent_run_id, run.fork_step, _codec.dumps(run.metadata).decode(),
+            run.step_count, run.head_checksum, run.format_version, run.chain,
+        )  # fmt: skip
+        with self._connection(f"create run {run.run_id}") as conn:
+            conn.execute(_sql.insert_run(self.schema), params)
+
+    def finish_run(self, finish: RunFinish) -> None:
+        params = (
+            RunStatus(finish.status).value, finish.step_count, finish.head_checksum,
+            finish.finished_at, finish.run_id,
+        )  # fmt: skip
+        with self._connection(f"finish run {finish.run_id}") as conn:
+            if conn.execute(_sql.finish_run(self.schema), params).rowcount == 0:
+                raise RunNotFound(finish.run_id)
+
+    def set_status(self, run_id: UUID, status: RunStatus) -> None:
+        with self._connection(f"set the status of run {run_id}") as conn:
+            cur = conn.execute(_sql.set_status(self.schema), (RunStatus(status).value, run_id))
+            if cur.rowcount == 0:
+                raise RunNotFound(run_id)
+
+    def get_run(self, run_id: UUID) -> Run:
+        with self._connection(f"read run {run_id}") as conn:
+            row = conn.execute(_sql.select_run(self.schema), (run_id,)).fetchone()
+        if row is None:
+            raise RunNotFound(run_id)
+        return _run_from_row(row)
+
+    def list_runs(
+        self,
+        *,
+        name: str | None = None,
+        status: RunStatus | None = None,
+        since: datetime | None = None,
+        limit: int | None = None,
+    ) -> list[Run]:
+        query, params = _sql.list_runs(
+            self.schema,
+            name=name,
+            status=None if status is None else RunStatus(status).value,
+            since=since,
+            limit=limit,
+        )
+        with self._connection("list runs") as conn:
+            rows = conn.execute(query, params).fetchall()
+        return [_run_from_row(row) for row in rows]
+
+    def run_ids_like(self, prefix: str, limit: int = 5) -> list[UUID]:
+        """Run ids starting with `prefix` (hex digits, dashes ignored), for "did you mean"."""
+        digits = prefix.strip().lower().replace("-", "")
+        if limit <= 0 or not _HEX_RE.match(digits):
+            return []
+        low, high = UUID(digits.ljust(32, "0")), UUID(digits.ljust(32, "f"))
+        with self._connection("look up run ids") as conn:
+            rows = conn.execute(_sql.run_ids_between(self.schema), (low, high, limit)).fetchall()
+        return [row[0] for row in rows]
+
+    def delete_run(self, run_id: UUID) -> None:
+        with self._connection(f"delete run {run_id}") as conn, conn.transaction():
+            found = conn.execute(_sql.table_exists(), (self.schema, "embeddings")).fetchone()
+            if found and found[0]:
+                conn.execute(_sql.delete_rows(self.schema, "embeddings"), (run_id,))
+            steps = conn.execute(_sql.delete_rows(self.schema, "run_log"), (run_id,)).rowcount
+            runs = conn.execute(_sql.delete_rows(self.schema, "runs"), (run_id,)).rowcount
+        if steps == 0 and runs == 0:
+            raise RunNotFound(run_id)
+
+    # -- steps and vectors ----------------------------------------------------------------
+
+    def append(
+        self,
+        steps: Sequence[PendingStep],
+        embeddings: Sequence[EmbeddingRow] = (),
+        *,
+        idempotent: bool = False,
+    ) -> None:
+        vectors: list[tuple[Any, ...]] = []
+        if self.has_pgvector:
+            for e in embeddings:
+                text = vector_text(e.vector)
+                if text is not None:  # the exact values live in the step output anyway
+                    vectors.append((e.run_id, e.step, e.position, len(e.vector), text))
+        if not steps and not vectors:
+            return
+        runs = sorted({str(s.run_id) for s in steps})
+        more = f" and {len(runs) - 3} more" if len(runs) > 3 else ""
+        action = f"store {len(steps)} step(s) of run {', '.join(runs[:3]) or '-'}{more}"
+        try:
+            with self._connection(action) as conn, conn.transaction(), conn.cursor() as cur:
+                if steps:
+                    self._copy_steps(cur, steps, idempotent)
+                if vectors:
+                    self._copy_vectors(cur, vectors, idempotent)
+        except StoreError as exc:
+            if isinstance(exc.__cause__, psycopg.errors.UniqueViolation):
+                raise StoreError(
+                    f"{exc}; nothing of this batch was stored (a batch is all or nothing). "
+                    "Use idempotent=True to skip steps that are already stored"
+                ) from exc.__cause__
+            raise
+
+    def _copy_steps(
+        self, cur: psycopg.Cursor[Any], steps: Sequence[PendingStep], idempotent: bool
+    ) -> None:
+        if idempotent:
+            cur.execute(_sql.create_stage_steps(self.schema))
+        with cur.copy(_sql.copy_steps(self.schema, staged=idempotent)) as copy:
+            for s in steps:
+                copy.write_row((
+                    s.run_id, s.step, s.kind, s.name, s.match_key, s.path,
+                    s.input_json.decode(), s.output_json.decode(), s.is_error,
+                    s.started_at, s.duration_ms, s.checksum,
+                ))  # fmt: skip
+        if idempotent:
+            cur.execute(_sql.merge_staged_steps(self.schema))
+
+    def _copy_vectors(
+        self, cur: psycopg.Cursor[Any], rows: list[tuple[Any, ...]], idempotent: bool
+    ) -> None:
+        if idempotent:
+            cur.execute(_sql.create_stage_vectors(self.schema))
+        with cur.copy(_sql.copy_vectors(self.schema, staged=idempotent)) as copy:
+            for row in rows:
+                copy.write_row(row)
+        if idempotent:
+            cur.execute(_sql.merge_staged_vectors(self.schema))
+
+    def load_steps(self, run_id: UUID) -> list[Step]:
+        with self._connection(f"load the steps of run {run_id}") as conn:
+            rows = conn.execute(_sql.load_steps(self.schema), (run_id,)).fetchall()
+            # No rows: an empty run, or no such run at all.
+            exists = rows or conn.execute(_sql.select_run(self.schema), (run_id,)).fetchone()
+        if not exists:
+            raise RunNotFound(run_id)
+        return [_step_from_row(row) for row in rows]
+
+    def search_embeddings(self, vector: Sequence[float], limit: int = 10) -> list[EmbeddingMatch]:
+        if self._vector_schema is None:
+            raise StoreError(
+                f"similarity search needs the pgvector extension, which the server at "
+                f"{self.description} does not have (schema {self.schema!r}). Install pgvector "
+                "(https://github.com/pgvector/pgvector) and reopen the store; vectors recorded "
+                "from then on become searchable. Replay does not need it."
+            )
+        text = vector_text(vector)
+        if text is None:
+            raise ValueError(
+                f"cannot search with this vector: it needs 1 to {_MAX_VECTOR_DIMS} finite "
+                f"float32-range values (got {len(vector)} values)"
+            )
+        query = _sql.search_embeddings(self.schema, self._vector_schema)
+        with self._connection("search embeddings") as conn:
+            rows = conn.execute(query, (text, len(vector), max(0, limit))).fetchall()
+        return [
+            EmbeddingMatch(run_id=r[0], step=r[1], position=r[2], distance=r[3], name=r[4])
+            for r in rows
+        ]
+
+    def server_endpoints(self) -> list[tuple[str, int]]:
+        """TCP (host, port) pairs of the server, names and addresses; [] for Unix sockets."""
+        return dsn_endpoints(self._dsn)
+
+
+def _configure(conn: Conn) -> None:
+    # Timestamps come back in UTC whatever the server's default zone.
+    conn.execute("SET TIME ZONE 'UTC'")
+
+
+def _probe(dsn: str) -> str:
+    """Why a fresh connection fails now, to explain a pool timeout."""
+    try:
+        connect(dsn, timeout=2).close()
+    except StoreError as exc:
+        return str(exc)
+    return "The server answers, but every pooled connection is busy; raise max_size."
+
+
+def _run_from_row(row: tuple[Any, ...]) -> Run:
+    values = dict(zip(_sql.RUN_COLUMNS, row, strict=True))
+    values["metadata"] = _codec.loads(values["metadata"])
+    values["status"] = RunStatus(values["status"])
+    return Run(**values)
+
+
+def _step_from_row(r: tuple[Any, ...]) -> Step:
+    loads = _codec.loads
+    return Step(
+        run_id=r[0], step=r[1], kind=r[2], name=r[3], match_key=r[4], path=r[5],
+        input=loads(r[6]), output=loads(r[7]), is_error=r[8], started_at=r[9],
+        duration_ms=r[10], checksum=r[11],
+    )  # fmt: skip

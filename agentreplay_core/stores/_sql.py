@@ -1,0 +1,266 @@
+"""SQL of the PostgreSQL store, as pure functions building `psycopg.sql` objects.
+
+Every identifier (the schema, the pgvector schema, temporary tables) is passed as
+`sql.Identifier`, every value as a query parameter; nothing is formatted into SQL text.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any
+
+from psycopg import sql
+
+__all__ = [
+    "RUN_COLUMNS",
+    "STEP_COLUMNS",
+    "check_schema_name",
+]
+
+_SCHEMA_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+
+#: columns of `runs` in the order `select_run` / `list_runs` return them
+RUN_COLUMNS = (
+    "run_id", "name", "status", "started_at", "finished_at", "parent_run_id", "fork_step",
+    "metadata", "step_count", "head_checksum", "format_version", "chain",
+)  # fmt: skip
+#: columns of `run_log` in the order COPY receives and `load_steps` returns them
+STEP_COLUMNS = (
+    "run_id", "step", "kind", "name", "match_key", "path", "input", "output", "is_error",
+    "started_at", "duration_ms", "checksum",
+)  # fmt: skip
+_EMBEDDING_COLUMNS = ("run_id", "step", "position", "dims", "embedding")
+_JSON_COLUMNS = frozenset({"metadata", "input", "output"})
+
+_STAGE_STEPS = sql.Identifier("agentreplay_stage_run_log")
+_STAGE_VECTORS = sql.Identifier("agentreplay_stage_embeddings")
+
+
+def check_schema_name(schema: str) -> str:
+    """Return `schema` if it is a plain identifier PostgreSQL accepts unquoted-length-wise."""
+    if not isinstance(schema, str) or not _SCHEMA_RE.match(schema):
+        raise ValueError(
+            f"invalid schema name {schema!r}: use 1 to 63 ASCII letters, digits and '_', "
+            "not starting with a digit (for example 'agentreplay' or 'agentreplay_ci')"
+        )
+    return schema
+
+
+def _table(schema: str, table: str) -> sql.Composed:
+    return sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(table))
+
+
+def _names(columns: tuple[str, ...]) -> sql.Composed:
+    return sql.SQL(", ").join(map(sql.Identifier, columns))
+
+
+def _select_list(columns: tuple[str, ...]) -> sql.Composed:
+    # JSON comes back as text so the codec parses it, not psycopg's json loader.
+    items = [
+        sql.SQL("{}::text").format(sql.Identifier(c)) if c in _JSON_COLUMNS else sql.Identifier(c)
+        for c in columns
+    ]
+    return sql.SQL(", ").join(items)
+
+
+# -- migrations ---------------------------------------------------------------------------
+
+
+def create_schema(schema: str) -> sql.Composed:
+    return sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema))
+
+
+def create_migrations_table(schema: str) -> sql.Composed:
+    return sql.SQL(
+        "CREATE TABLE IF NOT EXISTS {} ("
+        "version integer PRIMARY KEY, name text NOT NULL, "
+        "applied_at timestamptz NOT NULL DEFAULT now())"
+    ).format(_table(schema, "schema_migrations"))
+
+
+def table_exists() -> sql.SQL:
+    """Parameters: schema, table name."""
+    return sql.SQL(
+        "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_tables "
+        "WHERE schemaname = %s AND tablename = %s)"
+    )
+
+
+def applied_migrations(schema: str) -> sql.Composed:
+    return sql.SQL("SELECT version, name, applied_at FROM {} ORDER BY version").format(
+        _table(schema, "schema_migrations")
+    )
+
+
+def record_migration(schema: str) -> sql.Composed:
+    """Parameters: version, name."""
+    return sql.SQL("INSERT INTO {} (version, name) VALUES (%s, %s)").format(
+        _table(schema, "schema_migrations")
+    )
+
+
+def advisory_xact_lock() -> sql.SQL:
+    """Parameter: the 64-bit lock key."""
+    return sql.SQL("SELECT pg_advisory_xact_lock(%s)")
+
+
+def installed_extension_schema() -> sql.SQL:
+    """Parameter: extension name. Returns the schema holding the extension, if installed."""
+    return sql.SQL(
+        "SELECT n.nspname FROM pg_catalog.pg_extension e "
+        "JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = %s"
+    )
+
+
+def extension_available() -> sql.SQL:
+    """Parameter: extension name."""
+    return sql.SQL(
+        "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_available_extensions WHERE name = %s)"
+    )
+
+
+def create_extension(extension: str) -> sql.Composed:
+    return sql.SQL("CREATE EXTENSION IF NOT EXISTS {}").format(sql.Identifier(extension))
+
+
+def vector_type(vector_schema: str) -> sql.Composed:
+    return sql.SQL("{}.vector").format(sql.Identifier(vector_schema))
+
+
+# -- runs ---------------------------------------------------------------------------------
+
+
+def insert_run(schema: str) -> sql.Composed:
+    """Parameters: the values of RUN_COLUMNS, metadata as JSON text."""
+    values = [
+        sql.SQL("%s::jsonb") if c in _JSON_COLUMNS else sql.Placeholder() for c in RUN_COLUMNS
+    ]
+    return sql.SQL("INSERT INTO {} ({}) VALUES ({}) ON CONFLICT (run_id) DO NOTHING").format(
+        _table(schema, "runs"), _names(RUN_COLUMNS), sql.SQL(", ").join(values)
+    )
+
+
+def finish_run(schema: str) -> sql.Composed:
+    """Parameters: status, step_count, head_checksum, finished_at, run_id."""
+    return sql.SQL(
+        "UPDATE {} SET status = %s, step_count = %s, head_checksum = %s, finished_at = %s "
+        "WHERE run_id = %s"
+    ).format(_table(schema, "runs"))
+
+
+def set_status(schema: str) -> sql.Composed:
+    """Parameters: status, run_id."""
+    return sql.SQL("UPDATE {} SET status = %s WHERE run_id = %s").format(_table(schema, "runs"))
+
+
+def select_run(schema: str) -> sql.Composed:
+    """Parameter: run_id."""
+    return sql.SQL("SELECT {} FROM {} WHERE run_id = %s").format(
+        _select_list(RUN_COLUMNS), _table(schema, "runs")
+    )
+
+
+def list_runs(
+    schema: str,
+    *,
+    name: str | None = None,
+    status: str | None = None,
+    since: datetime | None = None,
+    limit: int | None = None,
+) -> tuple[sql.Composed, list[Any]]:
+    """Runs newest first, filtered; returns the query and its parameters."""
+    conditions: list[sql.Composable] = []
+    params: list[Any] = []
+    for column, value in (("name", name), ("status", status)):
+        if value is not None:
+            conditions.append(sql.SQL("{} = %s").format(sql.Identifier(column)))
+            params.append(value)
+    if since is not None:
+        conditions.append(sql.SQL("started_at >= %s"))
+        params.append(since)
+    where = sql.SQL(" WHERE ") + sql.SQL(" AND ").join(conditions) if conditions else sql.SQL("")
+    tail = sql.SQL("")
+    if limit is not None:
+        tail = sql.SQL(" LIMIT %s")
+        params.append(limit)
+    query = sql.SQL("SELECT {} FROM {}{} ORDER BY started_at DESC, run_id DESC{}").format(
+        _select_list(RUN_COLUMNS), _table(schema, "runs"), where, tail
+    )
+    return query, params
+
+
+def run_ids_between(schema: str) -> sql.Composed:
+    """Parameters: lowest id, highest id, limit. A range scan of the primary key."""
+    return sql.SQL(
+        "SELECT run_id FROM {} WHERE run_id BETWEEN %s AND %s ORDER BY run_id LIMIT %s"
+    ).format(_table(schema, "runs"))
+
+
+def delete_rows(schema: str, table: str) -> sql.Composed:
+    """Parameter: run_id."""
+    return sql.SQL("DELETE FROM {} WHERE run_id = %s").format(_table(schema, table))
+
+
+# -- steps and vectors --------------------------------------------------------------------
+
+
+def create_stage_steps(schema: str) -> sql.Composed:
+    """Session-private staging table for idempotent appends, gone at commit."""
+    return sql.SQL("CREATE TEMP TABLE {} (LIKE {}) ON COMMIT DROP").format(
+        _STAGE_STEPS, _table(schema, "run_log")
+    )
+
+
+def create_stage_vectors(schema: str) -> sql.Composed:
+    return sql.SQL("CREATE TEMP TABLE {} (LIKE {}) ON COMMIT DROP").format(
+        _STAGE_VECTORS, _table(schema, "embeddings")
+    )
+
+
+def copy_steps(schema: str, *, staged: bool = False) -> sql.Composed:
+    target = _STAGE_STEPS if staged else _table(schema, "run_log")
+    return sql.SQL("COPY {} ({}) FROM STDIN").format(target, _names(STEP_COLUMNS))
+
+
+def copy_vectors(schema: str, *, staged: bool = False) -> sql.Composed:
+    target = _STAGE_VECTORS if staged else _table(schema, "embeddings")
+    return sql.SQL("COPY {} ({}) FROM STDIN").format(target, _names(_EMBEDDING_COLUMNS))
+
+
+def merge_staged_steps(schema: str) -> sql.Composed:
+    return sql.SQL(
+        "INSERT INTO {} ({}) SELECT {} FROM {} ON CONFLICT (run_id, step) DO NOTHING"
+    ).format(_table(schema, "run_log"), _names(STEP_COLUMNS), _names(STEP_COLUMNS), _STAGE_STEPS)
+
+
+def merge_staged_vectors(schema: str) -> sql.Composed:
+    return sql.SQL(
+        "INSERT INTO {} ({}) SELECT {} FROM {} ON CONFLICT (run_id, step, position) DO NOTHING"
+    ).format(
+        _table(schema, "embeddings"),
+        _names(_EMBEDDING_COLUMNS),
+        _names(_EMBEDDING_COLUMNS),
+        _STAGE_VECTORS,
+    )
+
+
+def load_steps(schema: str) -> sql.Composed:
+    """Parameter: run_id."""
+    return sql.SQL("SELECT {} FROM {} WHERE run_id = %s ORDER BY step").format(
+        _select_list(STEP_COLUMNS), _table(schema, "run_log")
+    )
+
+
+def search_embeddings(schema: str, vector_schema: str) -> sql.Composed:
+    """Parameters: query vector (text), dims, limit."""
+    return sql.SQL(
+        "SELECT e.run_id, e.step, e.position, e.embedding OPERATOR({}.<->) %s::{} AS distance, "
+        "l.name FROM {} e LEFT JOIN {} l ON l.run_id = e.run_id AND l.step = e.step "
+        "WHERE e.dims = %s ORDER BY distance, e.run_id, e.step, e.position LIMIT %s"
+    ).format(
+        sql.Identifier(vector_schema),
+        vector_type(vector_schema),
+        _table(schema, "embeddings"),
+        _table(schema, "run_log"),
+    )

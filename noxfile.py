@@ -1,0 +1,87 @@
+"""Test sessions. The version matrix is data at the top; `nox` runs the default sessions."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import nox
+
+# -- the matrix (data) ------------------------------------------------------------------------
+#: Pythons the core is tested on, with the embedded PostgreSQL 16 + pgvector (pgserver)
+CORE_PYTHONS = ["3.10", "3.11", "3.12"]
+#: the second run of the store tests: Debian's PostgreSQL 15 binaries, no pgvector
+PG15_BIN = "/usr/lib/postgresql/15/bin"
+PG15_PYTHON = "3.11"
+LINT_PYTHON = "3.11"
+
+nox.options.sessions = ["tests", "tests_pg15", "lint", "typecheck"]
+nox.options.default_venv_backend = "uv|virtualenv"
+nox.options.error_on_missing_interpreters = True
+nox.options.reuse_existing_virtualenvs = True
+
+# uv must use the interpreters on this machine, never download one.
+os.environ.setdefault("UV_PYTHON_DOWNLOADS", "never")
+
+
+def _expose_pyenv_pythons() -> None:
+    """Make pyenv's python3.X shims resolvable (they need PYENV_VERSION to list them)."""
+    if os.environ.get("PYENV_VERSION") or not shutil.which("pyenv"):
+        return
+    try:
+        versions = subprocess.run(["pyenv", "versions", "--bare"], capture_output=True,
+                                  text=True, check=True).stdout.split()
+    except (OSError, subprocess.CalledProcessError):
+        return
+    wanted = sorted({*CORE_PYTHONS, PG15_PYTHON, LINT_PYTHON})
+    chosen = [v for v in versions if any(v.startswith(w + ".") for w in wanted)]
+    if chosen:
+        os.environ["PYENV_VERSION"] = ":".join(chosen)
+
+
+_expose_pyenv_pythons()
+
+
+def _install(session: nox.Session, extras: str = "all") -> None:
+    session.install("-e", f".[{extras}]", "--group", "test")
+
+
+@nox.session(python=CORE_PYTHONS)
+def tests(session: nox.Session) -> None:
+    """The whole suite against a PostgreSQL 16 + pgvector that the tests start themselves."""
+    _install(session)
+    session.run("pytest", *session.posargs)
+
+
+@nox.session(python=PG15_PYTHON)
+def tests_pg15(session: nox.Session) -> None:
+    """The core suite again on Debian's PostgreSQL 15, which has no pgvector."""
+    if not os.path.exists(os.path.join(PG15_BIN, "initdb")):
+        session.error(f"PostgreSQL 15 binaries not found in {PG15_BIN} "
+                      "(apt-get install postgresql-15)")
+    _install(session, "embedded")
+    session.run("pytest", "tests/core", *session.posargs,
+                env={"AGENTREPLAY_TEST_PGBIN": PG15_BIN})
+
+
+@nox.session(python=LINT_PYTHON)
+def lint(session: nox.Session) -> None:
+    """ruff."""
+    session.install("ruff>=0.6")
+    session.run("ruff", "check", ".")
+
+
+@nox.session(python=LINT_PYTHON)
+def typecheck(session: nox.Session) -> None:
+    """mypy --strict on the packages and the tests."""
+    session.install("-e", ".[embedded]", "--group", "lint")
+    session.run("mypy")
+
+
+@nox.session(python=LINT_PYTHON)
+def demo(session: nox.Session) -> None:
+    """The README's demo, on a throwaway embedded PostgreSQL."""
+    _install(session, "embedded")
+    session.run("agentreplay", "demo",
+                env={"AGENTREPLAY_EMBEDDED_DIR": session.create_tmp() + "/pgdata"})

@@ -1,0 +1,66 @@
+"""Session-wide PostgreSQL for the tests.
+
+By default the session starts its own PostgreSQL 16 + pgvector from the `pgserver` package.
+`AGENTREPLAY_TEST_DSN` points the tests at an external server instead, and
+`AGENTREPLAY_TEST_PGBIN` at another installation's binaries (e.g. Debian's PostgreSQL 15,
+which has no pgvector, to prove that path).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.pgcluster import PgCluster, pgserver_bin_dir
+
+
+def _bin_dir() -> Path:
+    configured = os.environ.get("AGENTREPLAY_TEST_PGBIN")
+    return Path(configured) if configured else pgserver_bin_dir()
+
+
+@pytest.fixture(scope="session")
+def pg_bin_dir() -> Path:
+    return _bin_dir()
+
+
+@pytest.fixture(scope="session")
+def pg_dsn() -> Iterator[str]:
+    """DSN of the session's PostgreSQL."""
+    external = os.environ.get("AGENTREPLAY_TEST_DSN")
+    if external:
+        yield external
+        return
+    cluster = PgCluster(_bin_dir())
+    cluster.start()
+    try:
+        yield cluster.dsn
+    finally:
+        cluster.destroy()
+
+
+@pytest.fixture
+def pg_schema(pg_dsn: str) -> Iterator[str]:
+    """A fresh schema name for one test, dropped afterwards."""
+    import psycopg
+    from psycopg import sql
+
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    yield name
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def private_cluster(pg_bin_dir: Path) -> Iterator[PgCluster]:
+    """A cluster of the test's own, which the test may stop and start."""
+    cluster = PgCluster(pg_bin_dir)
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.destroy()

@@ -1,0 +1,299 @@
+"""Recording and replaying through the public API, on every backend."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import uuid
+from decimal import Decimal
+
+import pytest
+
+from agentreplay_core import (
+    ReplayDivergence,
+    ReplayedError,
+    RunStatus,
+    Store,
+    path_scope,
+)
+
+
+def weather(city: str) -> dict[str, object]:
+    return {"city": city, "temp_c": 21.5, "at": dt.datetime(2026, 1, 2, 3, 4, 5, 6,
+                                                             tzinfo=dt.timezone.utc)}
+
+
+def test_record_then_replay_returns_recorded_values(any_store: Store) -> None:
+    with any_store.record(name="weather-agent", metadata={"team": "qa"}) as rec:
+        live = rec.call("tool", "weather", {"city": "Paris"}, weather, "Paris")
+        answer = rec.call("llm", "gpt", {"messages": ["hi"], "temperature": 0.2},
+                          lambda: {"content": "It is 21.5C", "usage": Decimal("1.10")})
+    run = any_store.get_run(rec.run_id)
+    assert run.status == RunStatus.COMPLETE
+    assert run.step_count == 2
+    assert run.name == "weather-agent"
+    assert run.metadata["team"] == "qa"
+    assert run.metadata["python"]
+    with any_store.replay(rec.run_id) as player:
+        replayed = player.next("tool", "weather", {"city": "Paris"})
+        replayed_answer = player.next("llm", "gpt", {"temperature": 0.2, "messages": ["hi"]})
+    assert replayed == live
+    assert type(replayed["at"]) is dt.datetime
+    assert replayed_answer == answer
+    assert str(replayed_answer["usage"]) == "1.10"
+    assert any_store.verify(rec.run_id).ok
+
+
+def test_replay_returns_fresh_copies(any_store: Store) -> None:
+    with any_store.record() as rec:
+        rec.record("tool", "t", {"q": 1}, {"items": [1, 2]})
+        rec.record("tool", "t", {"q": 1}, {"items": [1, 2]})
+    with any_store.replay(rec.run_id) as player:
+        first = player.next("tool", "t", {"q": 1})
+        first["items"].append(3)
+        assert player.next("tool", "t", {"q": 1}) == {"items": [1, 2]}
+
+
+def test_recorded_error_is_replayed_as_the_same_type(any_store: Store) -> None:
+    def boom() -> None:
+        raise ValueError("bad city")
+
+    with any_store.record() as rec:
+        with pytest.raises(ValueError, match="bad city") as caught:
+            rec.call("tool", "weather", {"city": "?"}, boom)
+        original = caught.value
+    assert any_store.get_run(rec.run_id).status == RunStatus.COMPLETE
+    with any_store.replay(rec.run_id) as player, pytest.raises(ValueError, match="bad city") as again:
+        player.next("tool", "weather", {"city": "?"})
+    assert again.value is not original
+
+
+def test_unimportable_error_type_becomes_replayed_error(any_store: Store) -> None:
+    with any_store.record() as rec:
+        rec.record("tool", "t", {}, {"type": "Gone", "module": "no_such_module_x",
+                                     "message": "it broke"}, is_error=True)
+    with any_store.replay(rec.run_id) as player, pytest.raises(ReplayedError) as caught:
+        player.next("tool", "t", {})
+    assert caught.value.type_name == "Gone"
+    assert "it broke" in str(caught.value)
+
+
+def test_user_exception_propagates_unchanged_and_run_is_failed(any_store: Store) -> None:
+    class Custom(Exception):
+        pass
+
+    marker = Custom("mine")
+    with pytest.raises(Custom) as caught, any_store.record() as rec:
+        rec.record("tool", "t", {}, 1)
+        raise marker
+    assert caught.value is marker
+    run = any_store.get_run(rec.run_id)
+    assert run.status == RunStatus.FAILED
+    assert run.step_count == 1
+    assert any_store.verify(rec.run_id).ok
+
+
+def test_async_calls_are_recorded(any_store: Store) -> None:
+    async def fetch(n: int) -> int:
+        await asyncio.sleep(0)
+        return n * 10
+
+    async def agent() -> list[int]:
+        with any_store.record() as rec:
+            results = await asyncio.gather(*(rec.acall("tool", "fetch", {"n": n}, fetch, n)
+                                              for n in range(20)))
+        self_run.append(rec.run_id)
+        return list(results)
+
+    self_run: list[uuid.UUID] = []
+    results = asyncio.run(agent())
+    steps = any_store.load_steps(self_run[0])
+    assert sorted(s.step for s in steps) == list(range(1, 21))
+    with any_store.replay(self_run[0]) as player:
+        assert [player.next("tool", "fetch", {"n": n}) for n in reversed(range(20))] == list(
+            reversed(results))
+
+
+def test_unencodable_value_does_not_break_the_agent_and_replay_says_why(any_store: Store) -> None:
+    class Opaque:
+        pass
+
+    with any_store.record() as rec:
+        value = rec.call("tool", "opaque", {"x": 1}, Opaque)
+        rec.record("tool", "fine", {}, "ok")
+    assert isinstance(value, Opaque)
+    assert rec.stats.unencodable == 1
+    assert any_store.verify(rec.run_id).ok
+    with any_store.replay(rec.run_id) as player:
+        with pytest.raises(Exception, match="Opaque") as caught:
+            player.next("tool", "opaque", {"x": 1})
+        assert "could not" in str(caught.value).lower()
+        assert player.next("tool", "fine", {}) == "ok"
+
+
+def test_keyed_replay_matches_branches_in_any_order(any_store: Store) -> None:
+    with any_store.record() as rec:
+        for city in ("Paris", "Lyon", "Nice"):
+            with path_scope(f"branch:{city}"):
+                rec.record("tool", "weather", {"city": city}, f"sunny in {city}")
+    with any_store.replay(rec.run_id, match="keyed") as player:
+        for city in ("Nice", "Paris", "Lyon"):
+            assert player.next("tool", "weather", {"city": city}) == f"sunny in {city}"
+
+
+def test_path_disambiguates_identical_requests(any_store: Store) -> None:
+    with any_store.record() as rec:
+        rec.record("llm", "m", {"p": "same"}, "first", path="graph/a")
+        rec.record("llm", "m", {"p": "same"}, "second", path="graph/b")
+    with any_store.replay(rec.run_id) as player:
+        assert player.next("llm", "m", {"p": "same"}, path="graph/b") == "second"
+        assert player.next("llm", "m", {"p": "same"}, path="graph/a") == "first"
+
+
+def test_sequential_replay_detects_order_change(any_store: Store) -> None:
+    with any_store.record() as rec:
+        rec.record("tool", "a", {}, 1)
+        rec.record("tool", "b", {}, 2)
+    with pytest.raises(ReplayDivergence) as caught, \
+            any_store.replay(rec.run_id, match="sequential", allow_unused=True) as player:
+        player.next("tool", "b", {})
+    assert caught.value.classification == "order_changed"
+    assert caught.value.step == 1
+
+
+def test_divergences_are_classified(any_store: Store) -> None:
+    with any_store.record() as rec:
+        rec.record("llm", "gpt", {"messages": [{"role": "user", "content": "weather in Paris?"}],
+                                  "temperature": 0.0}, "call weather")
+        rec.record("tool", "weather", {"city": "Paris"}, "sunny")
+    with any_store.replay(rec.run_id, allow_unused=True) as player:
+        with pytest.raises(ReplayDivergence) as prompt:
+            player.next("llm", "gpt", {"messages": [{"role": "user",
+                                                     "content": "weather in Lyon?"}],
+                                       "temperature": 0.0})
+        with pytest.raises(ReplayDivergence) as params:
+            player.next("llm", "gpt", {"messages": [{"role": "user",
+                                                     "content": "weather in Paris?"}],
+                                       "temperature": 0.7})
+        with pytest.raises(ReplayDivergence) as args:
+            player.next("tool", "weather", {"city": "Lyon"})
+        with pytest.raises(ReplayDivergence) as unexpected:
+            player.next("tool", "stocks", {"ticker": "X"})
+    assert prompt.value.classification == "prompt_changed"
+    assert "Lyon" in str(prompt.value) and "Paris" in str(prompt.value)
+    assert prompt.value.step == 1
+    assert prompt.value.run_id == rec.run_id
+    assert params.value.classification == "params_changed"
+    assert args.value.classification == "tool_args_changed"
+    assert args.value.step == 2
+    assert unexpected.value.classification == "unexpected_call"
+    assert unexpected.value.candidates, "nearest recorded steps are listed"
+
+
+def test_extra_call_after_all_replayed_is_unexpected(any_store: Store) -> None:
+    with any_store.record() as rec:
+        rec.record("tool", "t", {"a": 1}, 1)
+    with any_store.replay(rec.run_id) as player:
+        player.next("tool", "t", {"a": 1})
+        with pytest.raises(ReplayDivergence) as caught:
+            player.next("tool", "t", {"a": 1})
+    assert caught.value.classification == "unexpected_call"
+    assert "already replayed" in str(caught.value)
+
+
+def test_unconsumed_steps_raise_missing_call_at_exit(any_store: Store) -> None:
+    with any_store.record() as rec:
+        rec.record("tool", "a", {}, 1)
+        rec.record("tool", "b", {}, 2)
+    with pytest.raises(ReplayDivergence) as caught, any_store.replay(rec.run_id) as player:
+        player.next("tool", "a", {})
+        assert [s.step for s in player.unconsumed()] == [2]
+    assert caught.value.classification == "missing_call"
+    assert caught.value.step == 2
+    with any_store.replay(rec.run_id, allow_unused=True) as player:
+        player.next("tool", "a", {})
+
+
+def test_user_error_inside_replay_is_not_masked_by_missing_calls(any_store: Store) -> None:
+    with any_store.record() as rec:
+        rec.record("tool", "a", {}, 1)
+    with pytest.raises(KeyError), any_store.replay(rec.run_id):
+        raise KeyError("user bug")
+
+
+def test_calls_inside_a_replayed_tool_are_consumed(any_store: Store) -> None:
+    with any_store.record() as rec, path_scope("agent"):
+        with path_scope("tool:search"):
+            rec.record("embedding", "embed", {"texts": ["q"]}, [[0.5] * 40])
+            rec.record("retriever", "vs", {"query": "q"}, ["doc"])
+        rec.record("tool", "search", {"q": "q"}, "doc", path="agent/tool:search")
+        rec.record("llm", "m", {"p": "answer"}, "done")
+    with any_store.replay(rec.run_id) as player:
+        assert player.next("tool", "search", {"q": "q"}) == "doc"
+        assert player.next("llm", "m", {"p": "answer"}) == "done"
+        assert player.unconsumed() == []
+
+
+def test_fork_continues_live_after_divergence(any_store: Store) -> None:
+    with any_store.record(name="agent") as rec:
+        rec.record("llm", "m", {"p": 1}, "one")
+        rec.record("llm", "m", {"p": 2}, "two")
+        rec.record("llm", "m", {"p": 3}, "three")
+    live_calls: list[int] = []
+
+    def live(p: int) -> str:
+        live_calls.append(p)
+        return f"live {p}"
+
+    with any_store.replay(rec.run_id, on_divergence="live") as player:
+        assert player.next("llm", "m", {"p": 1}, live=lambda: live(1)) == "one"
+        assert player.next("llm", "m", {"p": 20}, live=lambda: live(20)) == "live 20"
+        assert player.next("llm", "m", {"p": 3}, live=lambda: live(3)) == "live 3"
+        assert player.fork is not None
+        fork_id = player.fork.run_id
+    assert live_calls == [20, 3]
+    fork = any_store.get_run(fork_id)
+    assert fork.parent_run_id == rec.run_id
+    assert fork.fork_step == 2
+    assert fork.status == RunStatus.COMPLETE
+    with any_store.replay(fork_id) as player:
+        assert player.next("llm", "m", {"p": 1}) == "one"
+        assert player.next("llm", "m", {"p": 20}) == "live 20"
+        assert player.next("llm", "m", {"p": 3}) == "live 3"
+
+
+def test_embedding_vectors_replay_bit_identical(any_store: Store) -> None:
+    import random
+
+    rng = random.Random(7)
+    vectors = [[rng.uniform(-1, 1) for _ in range(64)] for _ in range(3)]
+    vectors[0][0] = 5e-324
+    vectors[1][1] = -0.0
+    with any_store.record() as rec:
+        rec.record("embedding", "embed", {"texts": ["a", "b", "c"]}, vectors)
+    with any_store.replay(rec.run_id) as player:
+        again = player.next("embedding", "embed", {"texts": ["a", "b", "c"]})
+    import struct
+
+    assert [struct.pack("<64d", *v) for v in again] == [struct.pack("<64d", *v) for v in vectors]
+
+
+def test_invalid_arguments_are_rejected_clearly(any_store: Store) -> None:
+    with pytest.raises(ValueError, match="durability"), any_store.record(durability="fast"):
+        pass
+    with any_store.record() as rec:
+        rec.record("tool", "t", {}, 1)
+        assert rec.record("Not A Kind!", "t", {}, 1) is None  # never raises into the agent
+    assert rec.stats.internal_errors == 1
+    assert any_store.get_run(rec.run_id).step_count == 1
+    with pytest.raises(ValueError, match="match"), any_store.replay(rec.run_id, match="fuzzy"):
+        pass
+
+
+def test_unknown_run_id_is_a_clear_error(any_store: Store) -> None:
+    from agentreplay_core import RunNotFound
+
+    with pytest.raises(RunNotFound, match="no run with id"):
+        any_store.get_run(uuid.uuid4())
+    with pytest.raises(RunNotFound):
+        any_store.get_run("not-a-uuid")

@@ -1,0 +1,135 @@
+"""Tampering with real rows by SQL is detected by verification and refused by replay."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from uuid import UUID
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from agentreplay_core import IntegrityError, Store, open_store
+
+
+def _record(store: Store, steps: int = 5, name: str = "victim") -> UUID:
+    with store.record(name=name) as rec:
+        for i in range(1, steps + 1):
+            rec.record("tool", "lookup", {"i": i}, {"answer": f"value {i}", "n": i})
+    return rec.run_id
+
+
+def _sql(dsn: str, schema: str, statement: str, *params: object) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL(statement).format(s=sql.Identifier(schema)), params)
+
+
+Tamper = Callable[[str, str, UUID, UUID], None]
+
+TAMPERS: dict[str, Tamper] = {
+    "changed output byte": lambda dsn, s, run, other: _sql(
+        dsn, s, "UPDATE {s}.run_log SET output = jsonb_set(output, '{{answer}}', "
+        "'\"value 9\"') WHERE run_id = %s AND step = 3", run),
+    "deleted step": lambda dsn, s, run, other: _sql(
+        dsn, s, "DELETE FROM {s}.run_log WHERE run_id = %s AND step = 2", run),
+    "inserted step": lambda dsn, s, run, other: _insert_step(dsn, s, run),
+    "swapped steps": lambda dsn, s, run, other: _swap(dsn, s, run),
+    "step copied from another run": lambda dsn, s, run, other: _sql(
+        dsn, s, "UPDATE {s}.run_log AS t SET input = o.input, output = o.output, "
+        "checksum = o.checksum FROM {s}.run_log AS o WHERE t.run_id = %s AND t.step = 4 "
+        "AND o.run_id = %s AND o.step = 4", run, other),
+    "truncated tail": lambda dsn, s, run, other: _sql(
+        dsn, s, "DELETE FROM {s}.run_log WHERE run_id = %s AND step >= 4", run),
+    "changed run id": lambda dsn, s, run, other: _change_run_id(dsn, s, run),
+}
+
+
+def _insert_step(dsn: str, schema: str, run: UUID) -> None:
+    # Shift steps 3.. up by one and put a forged step 3 in the gap.
+    _sql(dsn, schema, "UPDATE {s}.run_log SET step = step + 1000 WHERE run_id = %s "
+         "AND step >= 3", run)
+    _sql(dsn, schema, "UPDATE {s}.run_log SET step = step - 999 WHERE run_id = %s "
+         "AND step > 1000", run)
+    _sql(dsn, schema, "INSERT INTO {s}.run_log SELECT run_id, 3, kind, name, match_key, path, "
+         "input, '{{\"answer\": \"forged\"}}'::jsonb, is_error, started_at, duration_ms, checksum "
+         "FROM {s}.run_log WHERE run_id = %s AND step = 2", run)
+
+
+def _swap(dsn: str, schema: str, run: UUID) -> None:
+    _sql(dsn, schema, "UPDATE {s}.run_log SET step = 99 WHERE run_id = %s AND step = 2", run)
+    _sql(dsn, schema, "UPDATE {s}.run_log SET step = 2 WHERE run_id = %s AND step = 3", run)
+    _sql(dsn, schema, "UPDATE {s}.run_log SET step = 3 WHERE run_id = %s AND step = 99", run)
+
+
+def _change_run_id(dsn: str, schema: str, run: UUID) -> None:
+    new = "00000000-0000-4000-8000-000000000001"
+    _sql(dsn, schema, "UPDATE {s}.runs SET run_id = %s WHERE run_id = %s", new, run)
+    _sql(dsn, schema, "UPDATE {s}.run_log SET run_id = %s WHERE run_id = %s", new, run)
+
+
+@pytest.mark.parametrize("tamper", sorted(TAMPERS))
+def test_tampering_is_detected(pg_dsn: str, pg_schema: str, tamper: str) -> None:
+    with open_store(pg_dsn, schema=pg_schema) as store:
+        run = _record(store)
+        other = _record(store, name="other")
+        assert store.verify(run).ok
+        TAMPERS[tamper](pg_dsn, pg_schema, run, other)
+        target = UUID("00000000-0000-4000-8000-000000000001") if tamper == "changed run id" \
+            else run
+        report = store.verify(target)
+        assert not report.ok, tamper
+        assert all(str(target) in str(p) for p in report.problems)
+        with pytest.raises(IntegrityError, match="failed verification"), store.replay(target):
+            pass
+        with store.replay(target, verify=False, allow_unused=True):
+            pass
+        assert store.verify(other).ok
+
+
+def test_one_changed_step_is_reported_once(pg_dsn: str, pg_schema: str) -> None:
+    with open_store(pg_dsn, schema=pg_schema) as store:
+        run = _record(store, steps=8)
+        TAMPERS["changed output byte"](pg_dsn, pg_schema, run, run)
+        report = store.verify(run)
+    assert [(p.step, p.code) for p in report.problems] == [(3, "checksum_mismatch")]
+
+
+def test_hmac_chain_cannot_be_forged_without_the_key(pg_dsn: str, pg_schema: str) -> None:
+    with open_store(pg_dsn, schema=pg_schema, hmac_key=b"secret-1") as keyed:
+        run = _record(keyed)
+        assert keyed.verify(run).ok
+        assert keyed.get_run(run).chain == "hmac-sha256"
+    # Someone with table access but not the key recomputes plain SHA-256 checksums: the keyed
+    # verifier still rejects them, and a different key fails too.
+    with open_store(pg_dsn, schema=pg_schema, hmac_key=b"other-key") as wrong:
+        assert not wrong.verify(run).ok
+    with open_store(pg_dsn, schema=pg_schema, hmac_key=None) as keyless:
+        report = keyless.verify(run)
+        assert [p.code for p in report.problems] == ["hmac_key_missing"]
+
+
+def test_rechained_forgery_without_key_fails_hmac_verification(pg_dsn: str, pg_schema: str) -> None:
+    from agentreplay_core._codec import canonical_bytes
+    from agentreplay_core._integrity import GENESIS, chain_next, step_payload
+
+    with open_store(pg_dsn, schema=pg_schema, hmac_key=b"k") as store:
+        run = _record(store, steps=3)
+        steps = store.load_steps(run)
+        previous = GENESIS
+        _sql(pg_dsn, pg_schema, "UPDATE {s}.run_log SET output = '{{\"answer\": \"x\"}}' "
+             "WHERE run_id = %s AND step = 2", run)
+        forged = []
+        for step in store.load_steps(run):
+            digest = chain_next(previous, step_payload(
+                step.run_id, step.step, step.kind, step.name, step.match_key, step.path,
+                canonical_bytes(step.input), canonical_bytes(step.output), step.is_error),
+                key=b"guess")
+            forged.append((digest.hex(), step.step))
+            previous = digest
+        for checksum, number in forged:
+            _sql(pg_dsn, pg_schema, "UPDATE {s}.run_log SET checksum = %s WHERE run_id = %s "
+                 "AND step = %s", checksum, run, number)
+        _sql(pg_dsn, pg_schema, "UPDATE {s}.runs SET head_checksum = %s WHERE run_id = %s",
+             forged[-1][0], run)
+        assert len(steps) == 3
+        assert not store.verify(run).ok

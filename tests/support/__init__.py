@@ -1,0 +1,1 @@
+"""Test support: throwaway PostgreSQL clusters and helpers shared by the test packages."""
