@@ -12,7 +12,7 @@ Example:
     True
 """
 
-from agentreplay_core._codec import canonical_bytes, decode, encode
+from agentreplay_core._codec import canonical_bytes, decode, encode, register_type
 from agentreplay_core._errors import (
     AgentReplayError,
     IntegrityError,
@@ -63,5 +63,6 @@ __all__ = [
     "match_key",
     "open_store",
     "path_scope",
+    "register_type",
     "strip_volatile",
 ]

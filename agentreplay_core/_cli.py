@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -28,7 +28,7 @@ console = Console()
 err = Console(stderr=True)
 
 DsnOption = Annotated[
-    Optional[str],  # noqa: UP007 - typer needs Optional on Python 3.10
+    str | None,
     typer.Option("--dsn", envvar="AGENTREPLAY_DSN",
                  help="Run store URL (postgresql://..., file:PATH, memory:); default: the "
                       "embedded PostgreSQL."),
@@ -66,7 +66,7 @@ def demo(dsn: DsnOption = None, schema: SchemaOption = "agentreplay") -> None:
 
 @app.command()
 def verify(
-    run_id: Annotated[Optional[str], typer.Argument()] = None,  # noqa: UP007
+    run_id: Annotated[str | None, typer.Argument()] = None,
     all_runs: Annotated[bool, typer.Option("--all", help="Verify every run.")] = False,
     dsn: DsnOption = None,
     schema: SchemaOption = "agentreplay",
@@ -110,6 +110,27 @@ def db_migrate(dsn: DsnOption = None, schema: SchemaOption = "agentreplay") -> N
     except AgentReplayError as exc:
         raise _fail(str(exc)) from None
     console.print(f"applied migrations: {applied or 'none (up to date)'}")
+
+
+@db_app.command("status")
+def db_status(dsn: DsnOption = None, schema: SchemaOption = "agentreplay") -> None:
+    """Show which migrations are applied, pending or waiting for pgvector."""
+    from rich.table import Table
+
+    from agentreplay_core.stores._embedded import embedded_dsn
+    from agentreplay_core.stores._migrate import migration_status
+
+    try:
+        states = migration_status(dsn or embedded_dsn(), schema)
+    except AgentReplayError as exc:
+        raise _fail(str(exc)) from None
+    table = Table(title=f"schema {schema}")
+    for column in ("version", "name", "state", "applied at", "note"):
+        table.add_column(column)
+    for state in states:
+        table.add_row(f"{state.version:04d}", state.name, state.state,
+                      str(state.applied_at or ""), state.note or "")
+    console.print(table)
 
 
 def main() -> None:

@@ -74,6 +74,13 @@ def encode(value: Any, *, path: str = "$") -> Json:
             path=path,
             type_name=type_name(value),
         ) from None
+    except Exception as exc:  # e.g. a dict changed size while another thread mutated it
+        raise SerializationError(
+            f"encoding failed with {type(exc).__name__}: {exc} (was the value changed while "
+            "it was being recorded?)",
+            path=path,
+            type_name=type_name(value),
+        ) from exc
 
 
 def decode(data: Json, *, restore_objects: bool = True) -> Any:
@@ -135,10 +142,14 @@ def unencodable_marker(value: Any, error: SerializationError) -> Json:
     return {
         TAG: "unencodable",
         "type": printable(error.type_name or type_name(value)),
-        "repr": printable(short_repr(value, _REPR_LIMIT)),
+        "repr": _cut(printable(short_repr(value, 4 * _REPR_LIMIT)), _REPR_LIMIT),
         "error": printable(str(error)),
         "path": printable(error.path),
     }
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def register_type(

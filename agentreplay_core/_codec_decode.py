@@ -53,9 +53,12 @@ def dec_list(d: list[Json], restore: bool) -> list[Any]:
 
 def _items(d: dict[str, Json], restore: bool) -> list[Any]:
     items = d["v"]
-    if type(items) is not list:
-        raise TypeError(f"expected a list under 'v', got {type(items).__name__}")
-    return dec_list(items, restore)
+    if type(items) is list:
+        return dec_list(items, restore)
+    decoded = dec(items, restore)  # a tuple of many floats holds a packed vector
+    if type(decoded) is not list:
+        raise TypeError(f"expected a list under 'v', got {type(decoded).__name__}")
+    return decoded
 
 
 def _fields(d: dict[str, Json], key: str, restore: bool) -> dict[str, Any]:
@@ -137,7 +140,7 @@ def _dec_npscalar(d: dict[str, Json], restore: bool) -> Any:
 
 def _dec_unencodable(d: dict[str, Json], restore: bool) -> Any:
     raise CodecFailure(
-        f"this value could not be recorded: a {d.get('type')} value failed to encode "
+        f"this value could not be recorded: encoding a value of type {d.get('type')} failed "
         f"({d.get('error')}); its repr was {d.get('repr')}. Make the value JSON-serialisable "
         "(plain data, a pydantic model or a dataclass) or register an encoder with "
         "agentreplay_core.register_type(), then record the run again",

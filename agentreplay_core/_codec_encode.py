@@ -41,7 +41,6 @@ _I64_MIN = -(2**63)
 _I64_MAX = 2**63 - 1
 #: lists of at least this many floats are stored as one packed vector (embeddings)
 FLOAT_VECTOR_MIN = 32
-_ONLY_FLOAT = {float}
 _copysign = math.copysign
 
 
@@ -90,9 +89,7 @@ def enc_dict(v: dict[Any, Any], depth: int) -> Json:
                 out[k] = x if "\x00" not in x and (x.isascii() or _utf8_ok(x)) else tag_str(x)
             elif tx is dict:
                 out[k] = enc_dict(x, depth)
-            elif x is None or tx is bool:
-                out[k] = x
-            elif tx is int and _I64_MIN <= x <= _I64_MAX:
+            elif x is None or tx is bool or (tx is int and _I64_MIN <= x <= _I64_MAX):
                 out[k] = x
             else:
                 out[k] = enc(x, depth)
@@ -108,7 +105,8 @@ def enc_list(v: list[Any], depth: int) -> Json:
     depth += 1
     if depth > MAX_NESTING:
         raise too_deep(v)
-    if len(v) >= FLOAT_VECTOR_MIN and type(v[0]) is float and set(map(type, v)) == _ONLY_FLOAT:
+    n = len(v)
+    if n >= FLOAT_VECTOR_MIN and type(v[0]) is float and list(map(type, v)).count(float) == n:
         return tag_floats(v)
     out: list[Json] = []
     append = out.append
@@ -119,9 +117,7 @@ def enc_list(v: list[Any], depth: int) -> Json:
                 append(x if "\x00" not in x and (x.isascii() or _utf8_ok(x)) else tag_str(x))
             elif tx is dict:
                 append(enc_dict(x, depth))
-            elif x is None or tx is bool:
-                append(x)
-            elif tx is int and _I64_MIN <= x <= _I64_MAX:
+            elif x is None or tx is bool or (tx is int and _I64_MIN <= x <= _I64_MAX):
                 append(x)
             else:
                 append(enc(x, depth))
@@ -239,6 +235,16 @@ def _enc_object(v: Any, depth: int) -> Json | None:
 
 def enc_other(v: Any, depth: int) -> Json:
     """Everything that is not one of the exact types in the dispatch table."""
+    try:
+        return _enc_other(v, depth)
+    except (CodecFailure, RecursionError):
+        raise
+    except Exception as exc:  # user code ran (properties, __eq__, __dict__): name where it broke
+        raise CodecFailure(f"encoding a {type_name(v)} raised {type(exc).__name__}: {exc}",
+                           type_name(v)) from exc
+
+
+def _enc_other(v: Any, depth: int) -> Json:
     module = type(v).__module__
     if module == "numpy" or module.startswith("numpy."):
         return encode_numpy(v, depth, enc)

@@ -84,16 +84,17 @@ def resolve_class(ref: str, kind: str, check: Callable[[type], bool]) -> type:
     module_name, _, qualname = ref.partition(":")
     hint = "; decode with restore_objects=False to get plain values instead"
     if "<locals>" in qualname:
-        raise CodecFailure(f"{kind} class {ref} was defined inside a function and cannot be "
+        raise CodecFailure(f"{kind} {ref} was defined inside a function and cannot be "
                            f"imported{hint}", ref)
     try:
         target: Any = importlib.import_module(module_name)
         for part in qualname.split("."):
             target = getattr(target, part)
     except (ImportError, AttributeError, ValueError) as exc:
-        raise CodecFailure(f"cannot import {kind} class {ref} ({exc}){hint}", ref) from exc
+        raise CodecFailure(f"cannot import {kind} {ref} ({exc}){hint}", ref) from exc
     if not isinstance(target, type) or not check(target):
-        raise CodecFailure(f"{ref} is not a {kind} class{hint}", ref)
+        raise CodecFailure(f"{ref} is not a {kind}; the run log names a different class{hint}",
+                           ref)
     return target
 
 
@@ -121,12 +122,12 @@ def rebuild(tag: str, ref: str, fields: dict[str, Any], extra: dict[str, Any] | 
         for name, value in fields.items():
             object.__setattr__(obj, name, value)
         return obj
-    cls = resolve_class(ref, "named tuple", _is_namedtuple)
+    cls = resolve_class(ref, "named tuple class", _is_namedtuple)
     return tuple.__new__(cls, [fields[name] for name in cls._fields])
 
 
 def rebuild_enum(ref: str, value: Any) -> enum.Enum:
-    cls: Any = resolve_class(ref, "enum", lambda c: issubclass(c, enum.Enum))
+    cls: Any = resolve_class(ref, "enum class", lambda c: issubclass(c, enum.Enum))
     member: enum.Enum = cls(value)
     return member
 

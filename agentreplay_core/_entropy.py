@@ -6,16 +6,14 @@ While `record_entropy(recorder)` is active, `time.time`, `time.time_ns`, `time.s
 generator seeded from a recorded seed. `replay_entropy(player)` serves the recorded values
 instead and seeds from the recording; `time.sleep` returns at once. See docs/entropy.md.
 
-Example:
-    >>> import time
-    >>> from agentreplay_core import open_store
-    >>> store = open_store("memory:")
-    >>> with store.record(name="clock") as rec, record_entropy(rec):
-    ...     recorded = time.time()
-    >>> with store.replay(rec.run_id) as player, replay_entropy(player):
-    ...     replayed = time.time()
-    >>> replayed == recorded
-    True
+Usually switched on with `store.record(..., entropy=True)`; `store.replay` then replays it by
+itself. By hand (calls made from `agentreplay_core` itself are never recorded, so this runs
+in the agent's code, not in a doctest of this module)::
+
+    with store.record(name="clock") as rec, record_entropy(rec):
+        recorded = time.time()
+    with store.replay(rec.run_id) as player, replay_entropy(player):
+        assert time.time() == recorded
 """
 
 from __future__ import annotations

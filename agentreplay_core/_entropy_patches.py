@@ -43,11 +43,24 @@ class Interceptor(Protocol):
         ...
 
 
+#: standard modules that call the patched functions on behalf of their caller
+_PASS_THROUGH = frozenset({"uuid", "random", "secrets"})
+
+
 def _caller() -> str | None:
-    # 0: _caller, 1: the replacement, 2: whoever called it (the nearest Python frame when
-    # the call comes from C, e.g. `date.today()` calling `time.time`).
-    name = sys._getframe(2).f_globals.get("__name__")
-    return name if isinstance(name, str) else None
+    """The module of the code that made the call, looking through `_PASS_THROUGH` frames.
+
+    Frame 2 is whoever called the replacement (the nearest Python frame when the call comes
+    from C, e.g. `date.today()` calling `time.time`). `uuid.uuid4` bound before the session
+    calls `os.urandom` itself: the call belongs to whoever called `uuid4`.
+    """
+    frame: types.FrameType | None = sys._getframe(2)
+    while frame is not None:
+        name = frame.f_globals.get("__name__")
+        if name not in _PASS_THROUGH:
+            return name if isinstance(name, str) else None
+        frame = frame.f_back
+    return None
 
 
 # -- recorded value -> result (replay); TypeError / ValueError become a clear error ----------
@@ -252,6 +265,17 @@ def datetime_proxy(s: Interceptor, orig: type[_RealDatetime]) -> type[_RealDatet
                                 lambda: orig.now(timezone.utc).replace(tzinfo=None),
                                 lambda v: as_datetime(v, None))
             return value if cls is proxy else rebuild(cls, value)
+
+        @classmethod
+        def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
+            # pydantic knows datetime by identity: a model built during the run (a tool's
+            # argument schema) would otherwise reject the stand-in as an unknown type
+            return handler.generate_schema(orig)
+
+        def __init_subclass__(cls, **kwargs: Any) -> None:
+            super().__init_subclass__(**kwargs)
+            # a subclass made during the run gets what pydantic does with any other subclass
+            cls.__get_pydantic_core_schema__ = None  # type: ignore[assignment]
 
     proxy = datetime
     # pickle finds classes by module and qualified name: make the proxy findable as itself

@@ -4,7 +4,8 @@ For step n of a run::
 
     payload[n]  = canonical JSON of {"input", "is_error", "kind", "match_key", "name",
                                       "output", "path", "run_id", "step"}
-    checksum[n] = H(checksum[n-1] || payload[n])       checksum[0] = SHA-256(b"agentreplay/chain/v1")
+    checksum[n] = H(checksum[n-1] || payload[n])
+    checksum[0] = SHA-256(b"agentreplay/chain/v1")
 
 `H` is SHA-256, or HMAC-SHA-256 under the configured key; `||` joins the 32 raw digest bytes of
 the previous checksum with the payload bytes. Checksums are stored as lower-case hex.

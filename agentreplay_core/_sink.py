@@ -94,7 +94,15 @@ class Sink:
         if direct:
             direct_ids = {s.run_id for s in direct}
             vectors = [e for e in embeddings if e.run_id in direct_ids]
-            if not self._try(lambda: self.backend.append(direct, vectors)):
+            attempts = [0]
+
+            def append() -> None:
+                # A connection lost during COMMIT leaves the batch's fate unknown: later
+                # attempts skip the rows that did arrive.
+                attempts[0] += 1
+                self.backend.append(direct, vectors, idempotent=attempts[0] > 1)
+
+            if not self._try(append):
                 spooled.extend(direct)
                 with self._lock:
                     self._spooling |= direct_ids
@@ -119,6 +127,11 @@ class Sink:
         loaded: dict[UUID, int] = {}
         with self._lock:
             run_ids = sorted(self._spooling, key=str)
+        if run_ids and time.monotonic() < self._down_until:
+            self._note(f"{len(run_ids)} spooled run(s) stay in {self.spool.directory}: the "
+                       "database was unreachable moments ago; load them later with "
+                       "`agentreplay spool flush`")
+            return loaded
         for run_id in run_ids:
             try:
                 loaded[run_id] = self.spool.load_into(self.backend, run_id)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 from uuid import UUID, uuid4
 
-from agentreplay_core._codec import decode
+from agentreplay_core._codec import decode, encode
 from agentreplay_core._errors import IntegrityError, ReplayDivergence, RunNotFound
 from agentreplay_core._integrity import VerifyReport, chain_name, hmac_key_from_env, verify_chain
 from agentreplay_core._metadata import collect_metadata
@@ -123,6 +123,7 @@ class Store:
         if tags:
             meta["tags"] = sorted({*meta.get("tags", ()), *tags})
         meta["agentreplay"] = {"durability": durability, "entropy": entropy}
+        meta = encode(meta, path="metadata")  # user metadata may hold any encodable value
         run = Run(
             run_id=run_id or uuid4(), name=name, status=RunStatus.RECORDING,
             started_at=datetime.now(timezone.utc), parent_run_id=parent_run_id,
@@ -249,7 +250,8 @@ class Store:
             if network_guard:
                 from agentreplay_core._netguard import network_guard as guard
 
-                endpoints = getattr(self.backend, "server_endpoints", lambda: [])()
+                endpoints: list[tuple[str, int]] = getattr(
+                    self.backend, "server_endpoints", list)()
                 stack.enter_context(guard(allow=[*endpoints, *allow_hosts], run_id=run.run_id))
             if recorded_entropy if entropy is None else entropy:
                 from agentreplay_core._entropy import replay_entropy

@@ -50,7 +50,7 @@ class SyncWriter:
         self.sink.flush_spooled()
 
 
-_Item = Union[
+_Item = Union[  # noqa: UP007 - a runtime alias; `|` between tuple types needs 3.10+ anyway
     tuple[Literal["run"], Run],
     tuple[Literal["step"], PendingStep, Sequence[EmbeddingRow]],
     tuple[Literal["finish"], RunFinish],
@@ -158,7 +158,7 @@ class BatchedWriter:
         return False
 
 
-Writer = Union[SyncWriter, BatchedWriter]
+Writer = Union[SyncWriter, BatchedWriter]  # noqa: UP007
 
 
 def spooled_counts(writer: Writer, run_id: UUID) -> tuple[int, int]:

@@ -49,14 +49,14 @@ def seed_recorder(dsn: str, steps: int) -> tuple[float, float]:
 
 def agentreplay_recorder(dsn: str, steps: int, durability: str) -> tuple[float, float]:
     """(caller seconds per step, steps/s until durable) of agentreplay."""
-    with open_store(dsn, schema="bench") as store:
-        with store.record(name="bench", durability=durability) as rec:
-            t0 = time.perf_counter()
-            for _ in range(steps):
-                rec.record("llm", "m", REQUEST, RESPONSE)
-            caller = time.perf_counter() - t0
-            rec.flush(timeout=600)
-            durable = time.perf_counter() - t0
+    with open_store(dsn, schema="bench") as store, \
+            store.record(name="bench", durability=durability) as rec:
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            rec.record("llm", "m", REQUEST, RESPONSE)
+        caller = time.perf_counter() - t0
+        rec.flush(timeout=600)
+        durable = time.perf_counter() - t0
     return caller / steps, steps / durable
 
 

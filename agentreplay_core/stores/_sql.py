@@ -15,7 +15,32 @@ from psycopg import sql
 __all__ = [
     "RUN_COLUMNS",
     "STEP_COLUMNS",
+    "advisory_xact_lock",
+    "applied_migrations",
     "check_schema_name",
+    "copy_steps",
+    "copy_vectors",
+    "create_extension",
+    "create_migrations_table",
+    "create_schema",
+    "create_stage_steps",
+    "create_stage_vectors",
+    "delete_rows",
+    "extension_available",
+    "finish_run",
+    "insert_run",
+    "installed_extension_schema",
+    "list_runs",
+    "load_steps",
+    "merge_staged_steps",
+    "merge_staged_vectors",
+    "record_migration",
+    "run_ids_between",
+    "search_embeddings",
+    "select_run",
+    "set_status",
+    "table_exists",
+    "vector_type",
 ]
 
 _SCHEMA_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
@@ -38,7 +63,7 @@ _STAGE_VECTORS = sql.Identifier("agentreplay_stage_embeddings")
 
 
 def check_schema_name(schema: str) -> str:
-    """Return `schema` if it is a plain identifier PostgreSQL accepts unquoted-length-wise."""
+    """Return `schema` if it is a valid store schema name, else raise a ValueError saying why."""
     if not isinstance(schema, str) or not _SCHEMA_RE.match(schema):
         raise ValueError(
             f"invalid schema name {schema!r}: use 1 to 63 ASCII letters, digits and '_', "

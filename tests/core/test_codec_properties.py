@@ -7,7 +7,7 @@ import enum
 import math
 import pathlib
 import struct
-from datetime import date, datetime, time, timedelta, timezone
+from datetime import datetime, time, timedelta, timezone
 from decimal import Decimal
 from typing import Any, NamedTuple
 from zoneinfo import ZoneInfo
@@ -96,7 +96,7 @@ def same(a: Any, b: Any) -> bool:
     if isinstance(a, complex):
         return _float_same(a.real, b.real) and _float_same(a.imag, b.imag)
     if isinstance(a, Decimal):
-        return a.as_tuple() == b.as_tuple()
+        return bool(a.as_tuple() == b.as_tuple())
     if isinstance(a, (datetime, time)):
         return (a.replace(tzinfo=None) == b.replace(tzinfo=None) and a.fold == b.fold
                 and _tz_same(a.tzinfo, b.tzinfo))
@@ -113,7 +113,8 @@ def same(a: Any, b: Any) -> bool:
         return (same(a.__dict__, b.__dict__) and same(a.__pydantic_extra__, b.__pydantic_extra__)
                 and a.model_fields_set == b.model_fields_set)
     if dataclasses.is_dataclass(a):
-        return same(vars(a), vars(b))
+        fields = [f.name for f in dataclasses.fields(a)]
+        return all(same(getattr(a, f), getattr(b, f)) for f in fields)
     return bool(a == b)
 
 
@@ -130,12 +131,13 @@ zones = (st.none() | st.timezones() | st.just(timezone.utc)
          | st.builds(timezone, st.just(timedelta(hours=5, minutes=30)), st.just("IST")))
 _any_int = st.integers() | st.sampled_from([2**63 - 1, 2**63, -(2**63), -(2**63) - 1, 2**64])
 _floats = st.floats() | st.sampled_from([1e16, -1e16, 9999999999999998.0, 5e-324, 1e-7, -0.0])
-_path = st.text(st.characters(exclude_characters="\x00", exclude_categories=("Cs",)), max_size=8)
+_path = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=8)
 
 hashable_leaves = st.one_of(
     st.none(), st.booleans(), _any_int, st.floats(allow_nan=False), texts, st.binary(max_size=8),
     st.dates(), st.datetimes(timezones=zones), st.uuids(),
-    st.decimals(allow_nan=False), st.complex_numbers(allow_nan=False), st.sampled_from([*Color, Perm.R | Perm.W]),
+    st.decimals(allow_nan=False), st.complex_numbers(allow_nan=False),
+    st.sampled_from([*Color, Perm.R | Perm.W]),
     st.builds(pathlib.PurePosixPath, _path), st.builds(pathlib.PureWindowsPath, _path),
 )
 hashables = st.recursive(
@@ -155,6 +157,7 @@ leaves = st.one_of(
     hashable_leaves, st.floats(), _floats, st.decimals(), st.times(timezones=zones),
     st.timedeltas(), st.binary(max_size=8).map(bytearray), st.builds(pathlib.Path, _path),
     numpy_scalars, numpy_arrays, st.lists(st.floats(), min_size=32, max_size=40),
+    st.lists(st.floats(), min_size=32, max_size=34).map(tuple),
 )
 
 

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import pydantic
 import pytest
 
 from agentreplay_core import AgentReplayError, ReplayDivergence, Store, open_store, path_scope
@@ -118,8 +119,12 @@ def test_store_replays_entropy_of_runs_that_recorded_it(store: Store) -> None:
 
 def test_logging_and_other_infrastructure_record_nothing(store: Store) -> None:
     records: list[logging.LogRecord] = []
-    handler = logging.Handler()
-    handler.emit = records.append  # type: ignore[method-assign]
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    handler = Collect()
     logger = logging.getLogger("tests.entropy")
     logger.addHandler(handler)
     try:
@@ -210,15 +215,17 @@ def test_replaying_a_run_without_entropy_changes_nothing(store: Store) -> None:
 
 
 def test_only_one_session_per_process(store: Store) -> None:
+    with store.record(name="earlier") as earlier:
+        pass
     with store.record(name="first") as first, record_entropy(first):
-        with store.record(name="second") as second:
-            with pytest.raises(AgentReplayError, match="still active") as refused, \
-                    record_entropy(second):
-                pass
-            with pytest.raises(AgentReplayError, match="still active"), \
-                    store.replay(first.run_id, allow_unused=True) as player, \
-                    replay_entropy(player):
-                pass
+        with store.record(name="second") as second, \
+                pytest.raises(AgentReplayError, match="still active") as refused, \
+                record_entropy(second):
+            pass
+        with pytest.raises(AgentReplayError, match="still active"), \
+                store.replay(earlier.run_id, allow_unused=True) as player, \
+                replay_entropy(player):
+            pass
         stamp = time.time()  # the first session is untouched
     assert f"entropy recording of run {first.run_id}" in str(refused.value)
     assert "entropy=False" in str(refused.value)
@@ -314,6 +321,13 @@ def test_datetime_stand_in_behaves_like_the_real_class(store: Store) -> None:
         assert not isinstance(dt.date(2024, 1, 2), dt.datetime)
         assert dt.datetime.max is RealDatetime.max
         assert pickle.loads(pickle.dumps(recorded)) == recorded
+
+        class Event(pydantic.BaseModel):  # e.g. a tool's argument schema built during a run
+            at: dt.datetime
+
+        event = Event.model_validate({"at": "2024-01-02T03:04:05"})
+        assert event.at == RealDatetime(2024, 1, 2, 3, 4, 5)
+        assert Event.model_json_schema()["properties"]["at"]["format"] == "date-time"
     assert pickle.loads(pickle.dumps(before)) == before
     with store.replay(rec.run_id) as player, replay_entropy(player):
         replayed = dt.datetime.now(IST)

@@ -11,10 +11,9 @@ from agentreplay_core import RunStatus, StoreError, open_store
 
 
 def test_run_file_is_one_readable_line_per_step(tmp_path: Path) -> None:
-    with open_store(f"file:{tmp_path}") as store:
-        with store.record(name="diffable") as rec:
-            rec.record("tool", "search", {"q": "paris"}, {"hits": ["a", "b"]})
-            rec.record("llm", "m", {"messages": ["hi"]}, "hello")
+    with open_store(f"file:{tmp_path}") as store, store.record(name="diffable") as rec:
+        rec.record("tool", "search", {"q": "paris"}, {"hits": ["a", "b"]})
+        rec.record("llm", "m", {"messages": ["hi"]}, "hello")
     lines = (tmp_path / f"{rec.run_id}.jsonl").read_text().splitlines()
     records = [json.loads(line) for line in lines]
     assert [r["t"] for r in records] == ["run", "step", "step", "finish"]
@@ -25,9 +24,8 @@ def test_run_file_is_one_readable_line_per_step(tmp_path: Path) -> None:
 
 def test_single_file_replays_without_database(tmp_path: Path) -> None:
     path = tmp_path / "bug-report.jsonl"
-    with open_store(f"file:{path}") as store:
-        with store.record(name="export") as rec:
-            rec.record("tool", "t", {"x": 1}, [1, 2, 3])
+    with open_store(f"file:{path}") as store, store.record(name="export") as rec:
+        rec.record("tool", "t", {"x": 1}, [1, 2, 3])
     with open_store(str(path)) as again:
         assert again.verify(rec.run_id).ok
         with again.replay(rec.run_id) as player:
@@ -35,10 +33,9 @@ def test_single_file_replays_without_database(tmp_path: Path) -> None:
 
 
 def test_torn_last_line_is_ignored(tmp_path: Path) -> None:
-    with open_store(f"file:{tmp_path}") as store:
-        with store.record() as rec:
-            rec.record("tool", "t", {}, 1)
-            rec.record("tool", "t", {}, 2)
+    with open_store(f"file:{tmp_path}") as store, store.record() as rec:
+        rec.record("tool", "t", {}, 1)
+        rec.record("tool", "t", {}, 2)
     path = tmp_path / f"{rec.run_id}.jsonl"
     content = path.read_bytes()
     lines = content.split(b"\n")
@@ -72,9 +69,8 @@ def test_broken_files_give_clear_errors(tmp_path: Path, content: bytes, message:
 
 
 def test_edited_file_fails_verification(tmp_path: Path) -> None:
-    with open_store(f"file:{tmp_path}") as store:
-        with store.record() as rec:
-            rec.record("tool", "t", {}, "original")
+    with open_store(f"file:{tmp_path}") as store, store.record() as rec:
+        rec.record("tool", "t", {}, "original")
     path = tmp_path / f"{rec.run_id}.jsonl"
     path.write_text(path.read_text().replace('"original"', '"edited"'))
     with open_store(f"file:{tmp_path}") as store:

@@ -63,7 +63,8 @@ def test_recorded_error_is_replayed_as_the_same_type(any_store: Store) -> None:
             rec.call("tool", "weather", {"city": "?"}, boom)
         original = caught.value
     assert any_store.get_run(rec.run_id).status == RunStatus.COMPLETE
-    with any_store.replay(rec.run_id) as player, pytest.raises(ValueError, match="bad city") as again:
+    with any_store.replay(rec.run_id) as player, \
+            pytest.raises(ValueError, match="bad city") as again:
         player.next("tool", "weather", {"city": "?"})
     assert again.value is not original
 
