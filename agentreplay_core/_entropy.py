@@ -179,8 +179,9 @@ def record_entropy(
 
     Args:
         recorder: the run's `Recorder`.
-        skip_modules: calls made directly from these modules (or their submodules) are not
-            recorded; replay must use the same tuple.
+        skip_modules: calls made from these modules (or their submodules) are not recorded
+            (the caller is the nearest frame outside `uuid`, `random` and `secrets`); replay
+            must use the same tuple.
 
     Raises:
         AgentReplayError: another entropy session is active in this process.

@@ -14,6 +14,7 @@ import random
 import sys
 import types
 import uuid
+import warnings
 from collections.abc import Callable
 from datetime import datetime as _RealDatetime
 from datetime import timezone, tzinfo
@@ -219,6 +220,13 @@ def _route(s: Interceptor, shared: Callable[..., Any],
     return function
 
 
+_UTCNOW_DEPRECATED = (
+    "datetime.datetime.utcnow() is deprecated and scheduled for removal in a future version. "
+    "Use timezone-aware objects to represent datetimes in UTC: "
+    "datetime.datetime.now(datetime.UTC)."
+)
+
+
 class _ProxyMeta(type):
     """Makes `isinstance(real_datetime, datetime.datetime)` true while the proxy is installed."""
 
@@ -260,7 +268,9 @@ def datetime_proxy(s: Interceptor, orig: type[_RealDatetime]) -> type[_RealDatet
 
         @classmethod
         def utcnow(cls) -> Any:
-            # via now(utc): the real utcnow warns on 3.12+ with our frame as the culprit
+            if sys.version_info >= (3, 12):  # as the real one does, pointing at the caller
+                warnings.warn(_UTCNOW_DEPRECATED, DeprecationWarning, stacklevel=2)
+            # via now(utc): the real utcnow would warn again, blaming this frame
             value = s.intercept(_caller(), "time", "datetime.utcnow", {},
                                 lambda: orig.now(timezone.utc).replace(tzinfo=None),
                                 lambda v: as_datetime(v, None))

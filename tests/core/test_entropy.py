@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+from uuid import uuid4 as uuid4_bound_at_import
 
 import pydantic
 import pytest
@@ -368,6 +369,15 @@ def test_a_reference_kept_after_the_run_calls_the_original(store: Store) -> None
     assert abs(kept_time() - time.time()) < 60
     assert type(kept_datetime.now()) is RealDatetime
     assert step_names(store, rec.run_id) == [("random", "random.seed")]
+
+
+def test_uuid4_bound_at_import_replays_through_os_urandom(store: Store) -> None:
+    with store.record() as rec, record_entropy(rec):
+        live = uuid4_bound_at_import()
+    with store.replay(rec.run_id) as player, replay_entropy(player):
+        replayed = uuid4_bound_at_import()
+    assert replayed == live
+    assert step_names(store, rec.run_id) == [("random", "random.seed"), ("random", "os.urandom")]
 
 
 def test_a_recorded_value_of_the_wrong_type_is_reported(store: Store) -> None:

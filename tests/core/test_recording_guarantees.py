@@ -1,0 +1,111 @@
+"""What recording promises beyond single calls: metadata, backpressure, exit, vectors."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from agentreplay_core import Store, StoreError, open_store
+
+
+def test_run_metadata_is_filled_in(any_store: Store, tmp_path: Path,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run(["git", "-C", str(repo), "-c", "user.email=a@b", "-c", "user.name=n",
+                    "commit", "-q", "--allow-empty", "-m", "x"], check=True)
+    head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], check=True,
+                          capture_output=True, text=True).stdout.strip()
+    monkeypatch.chdir(repo)
+    with any_store.record(name="meta", metadata={"ticket": 42}, tags=["nightly"]) as rec:
+        pass
+    meta = any_store.get_run(rec.run_id).metadata
+    assert meta["git_revision"] == head
+    assert meta["ticket"] == 42
+    assert meta["tags"] == ["nightly"]
+    assert meta["python"] == ".".join(map(str, sys.version_info[:3]))
+    assert meta["pid"] == os.getpid()
+    assert "pydantic" in meta["packages"]
+    assert meta["agentreplay"] == {"durability": "batched", "entropy": False}
+
+
+def test_bounded_queue_applies_backpressure(pg_dsn: str, pg_schema: str) -> None:
+    store = open_store(pg_dsn, schema=pg_schema, max_queue=50)
+    blocker = psycopg.connect(pg_dsn)
+    total = 600
+    try:
+        with store.record(name="pressure") as rec:
+            rec.record("tool", "warm-up", {}, 0)
+            assert rec.flush()
+            # Another session locks the table, so the writer's COPY waits on it.
+            blocker.execute(sql.SQL("LOCK TABLE {}.run_log IN ACCESS EXCLUSIVE MODE").format(
+                sql.Identifier(pg_schema)))
+            worker = threading.Thread(
+                target=lambda: [rec.record("tool", "t", {"i": i}, i) for i in range(total)])
+            worker.start()
+            time.sleep(1.0)
+            recorded_while_blocked = rec.step_count
+            assert worker.is_alive()  # the recording thread waits instead of growing memory
+            assert recorded_while_blocked <= 1 + 50 + 1_000 + 2
+            assert recorded_while_blocked < total
+            blocker.rollback()
+            worker.join(timeout=60)
+            assert not worker.is_alive()
+    finally:
+        blocker.close()
+        store.close()
+    with open_store(pg_dsn, schema=pg_schema) as check:
+        assert len(check.load_steps(rec.run_id)) == total + 1
+        assert check.verify(rec.run_id).ok
+
+
+EXITING_CHILD = textwrap.dedent("""
+    import sys
+    from agentreplay_core import open_store
+    store = open_store(sys.argv[1], schema=sys.argv[2])
+    with store.record(name="exits") as rec:
+        for i in range(3000):
+            rec.record("tool", "t", {"i": i}, "z" * 200)
+    print(rec.run_id)
+    # no store.close(): the rows still queued are written at interpreter exit
+""")
+
+
+def test_queued_rows_are_written_at_interpreter_exit(pg_dsn: str, pg_schema: str,
+                                                      tmp_path: Path) -> None:
+    script = tmp_path / "child.py"
+    script.write_text(EXITING_CHILD)
+    out = subprocess.run([sys.executable, str(script), pg_dsn, pg_schema], check=True,
+                         capture_output=True, text=True).stdout.strip()
+    with open_store(pg_dsn, schema=pg_schema) as store:
+        assert len(store.load_steps(out)) == 3000
+        assert store.verify(out).ok
+
+
+def test_recorded_embeddings_are_searchable(pg_store: Store) -> None:
+    vectors = {"cat": [1.0, 0.0, 0.0] + [0.0] * 61, "dog": [0.9, 0.1, 0.0] + [0.0] * 61,
+               "car": [0.0, 0.0, 1.0] + [0.0] * 61}
+    with pg_store.record(name="rag") as rec:
+        rec.record("embedding", "embed-docs", {"texts": list(vectors)}, list(vectors.values()))
+        rec.record("embedding", "embed-query", {"text": "kitten"}, [0.95, 0.05] + [0.0] * 62)
+    if not getattr(pg_store.backend, "has_pgvector", False):
+        with pytest.raises(StoreError, match="pgvector|vector"):
+            pg_store.search_embeddings(vectors["cat"], limit=2)
+        return
+    # L2 distances to the query: cat 0.020, kitten 0.058, dog 0.128, car 1.414
+    hits = pg_store.search_embeddings([1.0, 0.02] + [0.0] * 62, limit=3)
+    assert [(h.step, h.position) for h in hits] == [(1, 0), (2, 0), (1, 1)]
+    assert all(h.run_id == rec.run_id for h in hits)
+    assert [h.name for h in hits] == ["embed-docs", "embed-query", "embed-docs"]
+    assert hits[0].distance == pytest.approx(0.02, abs=1e-6)
+    assert hits[0].distance <= hits[1].distance <= hits[2].distance
