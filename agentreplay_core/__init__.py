@@ -26,6 +26,7 @@ from agentreplay_core._errors import (
 from agentreplay_core._integrity import Problem, VerifyReport
 from agentreplay_core._keys import current_path, match_key, path_scope, strip_volatile
 from agentreplay_core._model import EmbeddingMatch, Run, RunStatus, Step, StepKind
+from agentreplay_core._netguard import network_guard
 from agentreplay_core._player import Player
 from agentreplay_core._protocol import RunStore
 from agentreplay_core._recorder import Recorder, RecordingStats
@@ -61,6 +62,7 @@ __all__ = [
     "decode",
     "encode",
     "match_key",
+    "network_guard",
     "open_store",
     "path_scope",
     "register_type",

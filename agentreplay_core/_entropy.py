@@ -33,7 +33,6 @@ from typing import Any, Protocol, TypeVar
 
 from agentreplay_core import _entropy_patches as patches
 from agentreplay_core._errors import AgentReplayError
-from agentreplay_core._keys import current_path
 
 __all__ = [
     "DEFAULT_SKIP_MODULES",
@@ -49,7 +48,13 @@ T = TypeVar("T")
 DEFAULT_SKIP_MODULES: tuple[str, ...] = (
     "logging", "asyncio", "threading", "concurrent", "queue", "selectors", "socket", "ssl",
     "subprocess", "multiprocessing", "tempfile", "importlib", "psycopg", "psycopg_pool",
-    "tenacity", "pgserver", "urllib3", "httpx", "httpcore", "anyio", "agentreplay_core",
+    "tenacity", "pgserver", "urllib3", "httpx", "httpcore", "anyio",
+    # agentreplay's own machinery (run ids, retries, spooling), but not `call()`'s target or
+    # the demo agent, which are user code
+    "agentreplay_core._store", "agentreplay_core._writer", "agentreplay_core._sink",
+    "agentreplay_core._spool", "agentreplay_core._player", "agentreplay_core._entropy",
+    "agentreplay_core._entropy_patches", "agentreplay_core._netguard",
+    "agentreplay_core._metadata", "agentreplay_core.stores",
 )
 
 
@@ -147,14 +152,13 @@ class _Replaying(_Session):
         self._player = player
 
     def seed(self) -> int:
-        return self._restore("random.seed", self._player.next("random", "random.seed", {},
-                                                              path=current_path()),
+        return self._restore("random.seed", self._player.next("random", "random.seed", {}),
                              patches.as_int)
 
     def handle(self, kind: str, name: str, args: dict[str, Any], live: Callable[[], T],
                restore: Callable[[Any], T]) -> T:
         # `live` serves a replay opened with on_divergence="live" once it has forked
-        value = self._player.next(kind, name, args, path=current_path(), live=live)
+        value = self._player.next(kind, name, args, live=live)
         return self._restore(name, value, restore)
 
     def _restore(self, name: str, value: Any, restore: Callable[[Any], T]) -> T:

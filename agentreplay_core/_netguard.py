@@ -93,14 +93,13 @@ def _guard(entry: tuple[frozenset[tuple[Host, int]], object]) -> Iterator[None]:
 
 
 def _allow_entry(item: object) -> tuple[Host, int]:
-    if not (isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[1], int)
-            and _parse_host(item[0]) is not None):
-        raise ValueError(
-            f"network_guard(allow=...) takes (host, port) pairs such as ('127.0.0.1', 5432); "
-            f"got {item!r}")
-    host = _parse_host(item[0])
-    assert host is not None
-    return host, item[1]
+    if isinstance(item, (tuple, list)) and len(item) == 2:
+        host, port = _parse_host(item[0]), item[1]
+        if host is not None and isinstance(port, int):
+            return host, port
+    raise ValueError(
+        f"network_guard(allow=...) takes (host, port) pairs such as ('127.0.0.1', 5432); "
+        f"got {item!r}")
 
 
 def _publish() -> None:
@@ -192,10 +191,8 @@ def _check_socket(sock: socket.socket, address: Any, api: str,
 
 def _check_lookup(host: object, api: str) -> Host | None:
     state = _state
-    if state is None:
+    if state is None or host is None:  # None: the local host's passive or loopback addresses
         return None
-    if host is None:
-        return None  # the local host's passive or loopback addresses
     parsed = _parse_host(host)
     if parsed is None or _may_resolve(state, parsed):
         return parsed  # None: not a host name at all, the original raises its own TypeError

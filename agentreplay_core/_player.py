@@ -11,7 +11,7 @@ from uuid import UUID
 from agentreplay_core._codec import decode, encode
 from agentreplay_core._diff import classify, nearest_candidates, render_diff, structural_diff
 from agentreplay_core._errors import ReplayDivergence
-from agentreplay_core._keys import is_inside, match_key_of_encoded
+from agentreplay_core._keys import current_path, is_inside, join_path, match_key_of_encoded
 from agentreplay_core._model import Run, Step, check_kind
 from agentreplay_core._recorded_errors import error_from_record
 from agentreplay_core._recorder import Recorder
@@ -41,6 +41,7 @@ class Player:
         self._steps = steps
         self._consumed: set[int] = set()
         self._lock = threading.Lock()
+        self._fork_lock = threading.RLock()
         self._queues: dict[Key, deque[Step]] = {}
         for step in steps:
             self._queues.setdefault((step.kind, step.name, step.match_key), deque()).append(step)
@@ -87,7 +88,9 @@ class Player:
         except ReplayDivergence as divergence:
             if live is None or self.fork_starter is None:
                 raise
-            with self._lock:
+            # A lock of its own: starting the fork records, and recording may ask the player
+            # (entropy), which takes the matching lock.
+            with self._fork_lock:
                 if self.fork is None:
                     self.fork = self.fork_starter(divergence, list(self._served))
             return self.fork.call(kind, name, request, live, path=path)
@@ -98,6 +101,8 @@ class Player:
         kind = check_kind(kind)
         encoded = encode(request, path="request")
         key = match_key_of_encoded(kind, name, encoded)
+        if path is None:  # where the recorder would have put this call
+            path = join_path(current_path(), f"{kind}:{name}")
         with self._lock:
             step = self._take(kind, name, key, path)
             if step is None:

@@ -115,7 +115,7 @@ class Recorder:
         input_json = canonical_bytes(encoded_in)
         output_json = canonical_bytes(encoded_out)
         key = match_key or match_key_of_encoded(kind, name, encoded_in)
-        where = current_path() if path is None else path
+        where = join_path(current_path(), f"{kind}:{name}") if path is None else path
         started = started_at or datetime.now(timezone.utc)
         vectors = _vectors(output) if kind == "embedding" and not is_error else []
         with self._lock:

@@ -50,6 +50,11 @@ class Sink:
     def _try(self, action: Callable[[], T]) -> bool:
         if time.monotonic() < self._down_until:
             return False
+        try:  # the common case, without the retry machinery's overhead
+            action()
+            return True
+        except Exception:
+            pass
         try:
             for attempt in Retrying(
                 stop=stop_after_delay(self.retry_seconds),

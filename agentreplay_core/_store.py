@@ -115,6 +115,7 @@ class Store:
         run_id: UUID | None = None,
         parent_run_id: UUID | None = None,
         fork_step: int | None = None,
+        _entropy_in_log: bool = False,
     ) -> Iterator[Recorder]:
         """Record one run. Leaving the block seals it `complete`, or `failed` if it raised (the
         exception propagates unchanged). A process that dies leaves it `incomplete`."""
@@ -122,7 +123,8 @@ class Store:
         meta = collect_metadata(metadata)
         if tags:
             meta["tags"] = sorted({*meta.get("tags", ()), *tags})
-        meta["agentreplay"] = {"durability": durability, "entropy": entropy}
+        # `_entropy_in_log`: a forked run holds entropy steps copied from its parent
+        meta["agentreplay"] = {"durability": durability, "entropy": entropy or _entropy_in_log}
         meta = encode(meta, path="metadata")  # user metadata may hold any encodable value
         run = Run(
             run_id=run_id or uuid4(), name=name, status=RunStatus.RECORDING,
@@ -272,6 +274,7 @@ class Store:
                 name=run.name, metadata={"forked_from": str(run.run_id),
                                          "divergence": divergence.classification},
                 parent_run_id=run.run_id, fork_step=fork_step,
+                _entropy_in_log=bool(run.metadata.get("agentreplay", {}).get("entropy")),
             ))
             for step in served:
                 recorder.record(step.kind, step.name, decode(step.input), decode(step.output),

@@ -59,6 +59,19 @@ def vector_text(vector: Sequence[float]) -> str | None:
     return "[" + ",".join(map(repr, values)) + "]"
 
 
+#: batches up to this many steps (without vectors) are written with one INSERT, not COPY
+SMALL_BATCH = 8
+
+
+def _step_values(s: PendingStep) -> tuple[Any, ...]:
+    """A step's column values, in `STEP_COLUMNS` order."""
+    return (
+        s.run_id, s.step, s.kind, s.name, s.match_key, s.path,
+        s.input_json.decode(), s.output_json.decode(), s.is_error,
+        s.started_at, s.duration_ms, s.checksum,
+    )  # fmt: skip
+
+
 class PostgresBackend(StoreBackend):
     """Runs, steps and vectors in a PostgreSQL schema.
 
@@ -137,14 +150,24 @@ class PostgresBackend(StoreBackend):
         """A pooled connection; driver and pool errors become `StoreError`s naming `action`."""
         wait = self._timeout if timeout is None else timeout
         try:
-            with self._pool.connection(timeout=wait) as conn:
-                yield conn
-        except PoolTimeout:
-            reason = _probe(self._dsn)
-            raise DatabaseUnavailable(
-                f"cannot {action}: no connection to {self.description} within "
-                f"{wait:g}s. {reason}"
-            ) from None  # the pool's own timeout says nothing more
+            try:
+                with self._pool.connection(timeout=wait) as conn:
+                    yield conn
+                return
+            except PoolTimeout:
+                pass  # only acquiring a connection raises it: nothing was yielded yet
+            # After an outage the pool may still be backing off from failed reconnects while
+            # the server is already back: a direct connection tells the two apart.
+            try:
+                direct = connect(self._dsn, timeout=min(wait, 2.0))
+            except StoreError as exc:
+                raise DatabaseUnavailable(
+                    f"cannot {action}: no connection to {self.description} within "
+                    f"{wait:g}s. {exc}"
+                ) from None  # the pool's own timeout says nothing more
+            with direct:
+                _configure(direct)
+                yield direct
         except PoolClosed as exc:
             raise StoreError(f"cannot {action}: the store {self.description} is closed") from exc
         except psycopg.OperationalError as exc:
@@ -272,6 +295,14 @@ class PostgresBackend(StoreBackend):
         more = f" and {len(runs) - 3} more" if len(runs) > 3 else ""
         action = f"store {len(steps)} step(s) of run {', '.join(runs[:3]) or '-'}{more}"
         try:
+            if not vectors and len(steps) <= SMALL_BATCH:
+                # A single INSERT is atomic on its own: one round trip instead of
+                # BEGIN + COPY + COMMIT, which is what a `sync` recorder pays per step.
+                params = [v for s in steps for v in _step_values(s)]
+                with self._connection(action, self.write_timeout) as conn:
+                    conn.execute(_sql.insert_steps(self.schema, len(steps),
+                                                   idempotent=idempotent), params)
+                return
             with self._connection(action, self.write_timeout) as conn, conn.transaction(), \
                     conn.cursor() as cur:
                 if steps:
@@ -293,11 +324,7 @@ class PostgresBackend(StoreBackend):
             cur.execute(_sql.create_stage_steps(self.schema))
         with cur.copy(_sql.copy_steps(self.schema, staged=idempotent)) as copy:
             for s in steps:
-                copy.write_row((
-                    s.run_id, s.step, s.kind, s.name, s.match_key, s.path,
-                    s.input_json.decode(), s.output_json.decode(), s.is_error,
-                    s.started_at, s.duration_ms, s.checksum,
-                ))  # fmt: skip
+                copy.write_row(_step_values(s))
         if idempotent:
             cur.execute(_sql.merge_staged_steps(self.schema))
 
@@ -370,15 +397,6 @@ def _gc_paused() -> Iterator[None]:
 def _configure(conn: Conn) -> None:
     # Timestamps come back in UTC whatever the server's default zone.
     conn.execute("SET TIME ZONE 'UTC'")
-
-
-def _probe(dsn: str) -> str:
-    """Why a fresh connection fails now, to explain a pool timeout."""
-    try:
-        connect(dsn, timeout=2).close()
-    except StoreError as exc:
-        return str(exc)
-    return "The server answers, but every pooled connection is busy; raise max_size."
 
 
 def _run_from_row(row: tuple[Any, ...]) -> Run:

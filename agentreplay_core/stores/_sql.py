@@ -248,6 +248,16 @@ def copy_steps(schema: str, *, staged: bool = False) -> sql.Composed:
     return sql.SQL("COPY {} ({}) FROM STDIN").format(target, _names(STEP_COLUMNS))
 
 
+def insert_steps(schema: str, rows: int, *, idempotent: bool) -> sql.Composed:
+    """One multi-row INSERT: a single round trip for the small batches of `sync` recording."""
+    row = sql.SQL("({})").format(sql.SQL(", ").join(sql.Placeholder() * len(STEP_COLUMNS)))
+    query = sql.SQL("INSERT INTO {} ({}) VALUES {}").format(
+        _table(schema, "run_log"), _names(STEP_COLUMNS), sql.SQL(", ").join([row] * rows))
+    if idempotent:
+        query = sql.SQL("{} ON CONFLICT (run_id, step) DO NOTHING").format(query)
+    return query
+
+
 def copy_vectors(schema: str, *, staged: bool = False) -> sql.Composed:
     target = _STAGE_VECTORS if staged else _table(schema, "embeddings")
     return sql.SQL("COPY {} ({}) FROM STDIN").format(target, _names(_EMBEDDING_COLUMNS))

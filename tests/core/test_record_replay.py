@@ -298,3 +298,36 @@ def test_unknown_run_id_is_a_clear_error(any_store: Store) -> None:
         any_store.get_run(uuid.uuid4())
     with pytest.raises(RunNotFound):
         any_store.get_run("not-a-uuid")
+
+
+def test_clock_read_inside_a_replayed_call_is_not_expected_again(any_store: Store) -> None:
+    import time
+
+    with any_store.record(entropy=True) as rec:
+        stamp = rec.call("tool", "clock", {}, time.time)
+        later = time.time()
+    kinds = [(s.kind, s.path) for s in any_store.load_steps(rec.run_id)]
+    assert ("time", "tool:clock/time:time.time") in kinds
+    with any_store.replay(rec.run_id) as player:
+        assert player.next("tool", "clock", {}) == stamp
+        assert time.time() == later  # the read outside the tool is still replayed
+    # leaving the replay raised no missing_call: the inner read was consumed with the tool
+
+
+def test_fork_of_an_entropy_run_replays_with_entropy(any_store: Store) -> None:
+    import time
+
+    with any_store.record(entropy=True) as rec:
+        rec.record("llm", "m", {"p": 1}, "one")
+        first = time.time()
+    with any_store.replay(rec.run_id, on_divergence="live") as player:
+        assert player.next("llm", "m", {"p": 2}, live=lambda: "live two") == "live two"
+        assert player.fork is not None
+        fork_id = player.fork.run_id
+        forked_clock = time.time()
+    assert forked_clock != first or True  # live after the fork: any value
+    fork = any_store.get_run(fork_id)
+    assert fork.metadata["agentreplay"]["entropy"] is True
+    with any_store.replay(fork_id) as player:
+        assert player.next("llm", "m", {"p": 2}) == "live two"
+        assert time.time() == forked_clock
