@@ -319,13 +319,12 @@ def test_fork_of_an_entropy_run_replays_with_entropy(any_store: Store) -> None:
 
     with any_store.record(entropy=True) as rec:
         rec.record("llm", "m", {"p": 1}, "one")
-        first = time.time()
+        time.time()
     with any_store.replay(rec.run_id, on_divergence="live") as player:
         assert player.next("llm", "m", {"p": 2}, live=lambda: "live two") == "live two"
         assert player.fork is not None
         fork_id = player.fork.run_id
         forked_clock = time.time()
-    assert forked_clock != first or True  # live after the fork: any value
     fork = any_store.get_run(fork_id)
     assert fork.metadata["agentreplay"]["entropy"] is True
     with any_store.replay(fork_id) as player:
