@@ -26,18 +26,24 @@ os.environ.setdefault("UV_PYTHON_DOWNLOADS", "never")
 
 
 def _expose_pyenv_pythons() -> None:
-    """Make pyenv's python3.X shims resolvable (they need PYENV_VERSION to list them)."""
-    if os.environ.get("PYENV_VERSION") or not shutil.which("pyenv"):
+    """Make pyenv's python3.X shims resolvable: they need PYENV_VERSION to list them.
+
+    pyenv's own shim sets PYENV_VERSION to the one version running nox, so the versions of the
+    matrix are appended to whatever is there (the running one stays first).
+    """
+    if not shutil.which("pyenv"):
         return
     try:
         versions = subprocess.run(["pyenv", "versions", "--bare"], capture_output=True,
                                   text=True, check=True).stdout.split()
     except (OSError, subprocess.CalledProcessError):
         return
-    wanted = sorted({*CORE_PYTHONS, PG15_PYTHON, LINT_PYTHON})
-    chosen = [v for v in versions if any(v.startswith(w + ".") for w in wanted)]
-    if chosen:
-        os.environ["PYENV_VERSION"] = ":".join(chosen)
+    current = [v for v in os.environ.get("PYENV_VERSION", "").split(":") if v]
+    wanted = {*CORE_PYTHONS, PG15_PYTHON, LINT_PYTHON}
+    extra = [v for v in versions
+             if v not in current and any(v.startswith(w + ".") for w in wanted)]
+    if extra:
+        os.environ["PYENV_VERSION"] = ":".join(current + extra)
 
 
 _expose_pyenv_pythons()

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 from uuid import UUID
 
 from agentreplay_core._codec import canonical_bytes, encode, unencodable_marker
@@ -22,6 +23,11 @@ from agentreplay_core.stores._backend import EmbeddingRow, PendingStep, RunFinis
 
 log = logging.getLogger("agentreplay")
 T = TypeVar("T")
+
+
+@dataclass
+class _Outcome:
+    value: Any = None
 
 
 @dataclass
@@ -139,6 +145,24 @@ class Recorder:
             self._writer.submit(pending, embeddings)
         return number
 
+    @contextlib.contextmanager
+    def _calling(self, kind: str, name: str, input: Any, path: str | None
+                 ) -> Iterator[_Outcome]:
+        """Time the block one level deeper in the run tree; record its outcome or error."""
+        where = path if path is not None else join_path(current_path(), f"{kind}:{name}")
+        outcome = _Outcome()
+        started = datetime.now(timezone.utc)
+        t0 = time.perf_counter()
+        try:
+            with at_path(where):
+                yield outcome
+        except Exception as exc:
+            self.record(kind, name, input, error_to_record(exc), is_error=True, path=where,
+                        started_at=started, duration_ms=(time.perf_counter() - t0) * 1000)
+            raise
+        self.record(kind, name, input, outcome.value, path=where, started_at=started,
+                    duration_ms=(time.perf_counter() - t0) * 1000)
+
     def call(self, kind: str, name: str, input: Any, fn: Callable[..., T], *args: Any,
              path: str | None = None, **kwargs: Any) -> T:
         """Call `fn(*args, **kwargs)` and record its result, or its error (re-raised as is).
@@ -147,36 +171,16 @@ class Recorder:
         (the clock, an embedding) is known to be inside it and is not expected again when the
         call is replayed as a whole.
         """
-        where = path if path is not None else join_path(current_path(), f"{kind}:{name}")
-        started = datetime.now(timezone.utc)
-        t0 = time.perf_counter()
-        try:
-            with at_path(where):
-                result = fn(*args, **kwargs)
-        except Exception as exc:
-            self.record(kind, name, input, error_to_record(exc), is_error=True, path=where,
-                        started_at=started, duration_ms=(time.perf_counter() - t0) * 1000)
-            raise
-        self.record(kind, name, input, result, path=where, started_at=started,
-                    duration_ms=(time.perf_counter() - t0) * 1000)
-        return result
+        with self._calling(kind, name, input, path) as outcome:
+            outcome.value = fn(*args, **kwargs)
+        return cast(T, outcome.value)
 
     async def acall(self, kind: str, name: str, input: Any, fn: Callable[..., Awaitable[T]],
                     *args: Any, path: str | None = None, **kwargs: Any) -> T:
         """Await `fn(*args, **kwargs)` and record its result or error, like `call`."""
-        where = path if path is not None else join_path(current_path(), f"{kind}:{name}")
-        started = datetime.now(timezone.utc)
-        t0 = time.perf_counter()
-        try:
-            with at_path(where):
-                result = await fn(*args, **kwargs)
-        except Exception as exc:
-            self.record(kind, name, input, error_to_record(exc), is_error=True, path=where,
-                        started_at=started, duration_ms=(time.perf_counter() - t0) * 1000)
-            raise
-        self.record(kind, name, input, result, path=where, started_at=started,
-                    duration_ms=(time.perf_counter() - t0) * 1000)
-        return result
+        with self._calling(kind, name, input, path) as outcome:
+            outcome.value = await fn(*args, **kwargs)
+        return cast(T, outcome.value)
 
     def flush(self, timeout: float | None = 30.0) -> bool:
         """Wait until every step recorded so far is written; False on timeout."""
