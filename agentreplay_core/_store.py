@@ -14,7 +14,7 @@ from typing import Any, Literal
 from uuid import UUID, uuid4
 
 from agentreplay_core._codec import decode, encode
-from agentreplay_core._errors import IntegrityError, ReplayDivergence, RunNotFound
+from agentreplay_core._errors import IntegrityError, ReplayDivergence, RunNotFound, StoreError
 from agentreplay_core._integrity import VerifyReport, chain_name, hmac_key_from_env, verify_chain
 from agentreplay_core._metadata import collect_metadata
 from agentreplay_core._model import EmbeddingMatch, Run, RunStatus, Step
@@ -93,6 +93,11 @@ class Store:
             self._sink.flush_spooled()
         self.backend.close()
 
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreError(f"the run store {self.backend.description} is closed; "
+                             "open a new one with open_store()")
+
     def _writer(self, durability: str) -> Writer:
         if check_durability(durability) == "sync":
             return self._sync_writer
@@ -119,6 +124,7 @@ class Store:
     ) -> Iterator[Recorder]:
         """Record one run. Leaving the block seals it `complete`, or `failed` if it raised (the
         exception propagates unchanged). A process that dies leaves it `incomplete`."""
+        self._check_open()
         writer = self._writer(durability)
         meta = collect_metadata(metadata)
         if tags:
@@ -234,6 +240,7 @@ class Store:
         the block with recorded steps never asked for raises `ReplayDivergence(missing_call)`
         unless `allow_unused`. Entropy replay is switched on for runs that recorded it.
         """
+        self._check_open()
         if on_divergence not in ("raise", "live"):
             raise ValueError("on_divergence must be 'raise' or 'live'")
         run = self.get_run(run_id)

@@ -84,18 +84,30 @@ class BatchedWriter:
         self._thread.start()
         _live_writers.add(self)
 
+    # Once closed (store closed, or interpreter exit) nothing drains the queue any more: rows
+    # that still arrive are written in the caller's thread instead of blocking it forever.
+
     def submit_run(self, run: Run) -> None:
-        self._queue.put(("run", run))
+        if self._closed:
+            self.sink.write_run(run)
+        else:
+            self._queue.put(("run", run))
 
     def submit(self, step: PendingStep, embeddings: Sequence[EmbeddingRow]) -> None:
-        self._queue.put(("step", step, embeddings))
+        if self._closed:
+            self.sink.write_rows([step], embeddings)
+        else:
+            self._queue.put(("step", step, embeddings))
 
     def submit_finish(self, finish: RunFinish) -> None:
-        self._queue.put(("finish", finish))
+        if self._closed:
+            self.sink.write_finish(finish)
+        else:
+            self._queue.put(("finish", finish))
 
     def wait_durable(self, timeout: float | None = None) -> bool:
         """Block until everything submitted so far is written (or spooled)."""
-        if not self._thread.is_alive():
+        if self._closed or not self._thread.is_alive():
             return self._queue.empty()
         done = threading.Event()
         self._queue.put(("barrier", done))

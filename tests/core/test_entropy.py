@@ -14,6 +14,7 @@ import threading
 import time
 import types
 import uuid
+import warnings
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -38,6 +39,13 @@ def store() -> Iterator[Store]:
         yield opened
 
 
+def _utcnow() -> dt.datetime:
+    # Deprecated on 3.12+, still used by agents in the wild: it must be recorded all the same.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return dt.datetime.utcnow()
+
+
 def agent_step() -> dict[str, Any]:
     """What an agent does with the clock, randomness and ids, through the usual modules."""
     items = list(range(10))
@@ -48,7 +56,7 @@ def agent_step() -> dict[str, Any]:
         "now_utc": dt.datetime.now(dt.timezone.utc),
         "now_ist": dt.datetime.now(IST),
         "now_local": dt.datetime.now(),
-        "utcnow": dt.datetime.utcnow(),
+        "utcnow": _utcnow(),
         "today": dt.datetime.today(),  # C code calling time.time
         "uuid": uuid.uuid4(),
         "urandom": os.urandom(16),

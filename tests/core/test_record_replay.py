@@ -330,3 +330,18 @@ def test_fork_of_an_entropy_run_replays_with_entropy(any_store: Store) -> None:
     with any_store.replay(fork_id) as player:
         assert player.next("llm", "m", {"p": 2}) == "live two"
         assert time.time() == forked_clock
+
+
+def test_a_run_outliving_its_store_is_still_written(any_store: Store) -> None:
+    from agentreplay_core import StoreError
+
+    with any_store.record(name="outlives") as rec:
+        rec.record("tool", "t", {}, 1)
+        any_store._batched.close(timeout=10)  # type: ignore[union-attr]  # e.g. at exit
+        for i in range(20):  # more than nothing drains: must neither block nor be lost
+            rec.record("tool", "t", {"i": i}, i)
+    assert len(any_store.load_steps(rec.run_id)) == 21
+    assert any_store.verify(rec.run_id).ok
+    any_store.close()
+    with pytest.raises(StoreError, match="closed"), any_store.record():
+        pass
