@@ -8,6 +8,8 @@ from collections.abc import Iterable, Iterator
 from contextvars import ContextVar
 from typing import Any
 
+import orjson
+
 from agentreplay_core._codec import canonical_bytes, encode
 
 _current_path: ContextVar[str] = ContextVar("agentreplay_path", default="")
@@ -26,10 +28,18 @@ def strip_volatile(value: Any, keys: Iterable[str] = DEFAULT_VOLATILE_KEYS) -> A
     return value
 
 
+def match_key_of_canonical(kind: str, name: str, request_json: bytes) -> str:
+    """The match key from the request's canonical bytes: SHA-256 of the canonical JSON of
+    `[kind, name, request]` (built by concatenation, so the request is not serialised twice),
+    first 32 hex digits."""
+    payload = b"".join((b"[", orjson.dumps(kind), b",", orjson.dumps(name), b",",
+                        request_json, b"]"))
+    return hashlib.sha256(payload).hexdigest()[:32]
+
+
 def match_key_of_encoded(kind: str, name: str, encoded_request: Any) -> str:
-    """The match key of an already-encoded request (what the recorder stores)."""
-    digest = hashlib.sha256(canonical_bytes([kind, name, encoded_request])).hexdigest()
-    return digest[:32]
+    """The match key of an already-encoded request."""
+    return match_key_of_canonical(kind, name, canonical_bytes(encoded_request))
 
 
 def match_key(kind: str, name: str, request: Any) -> str:

@@ -15,7 +15,7 @@ from uuid import UUID
 from agentreplay_core._codec import canonical_bytes, encode, unencodable_marker
 from agentreplay_core._errors import SerializationError
 from agentreplay_core._integrity import GENESIS, chain_next, step_payload
-from agentreplay_core._keys import at_path, current_path, join_path, match_key_of_encoded
+from agentreplay_core._keys import at_path, current_path, join_path, match_key_of_canonical
 from agentreplay_core._model import RunStatus, check_kind
 from agentreplay_core._recorded_errors import error_to_record
 from agentreplay_core._writer import SyncWriter, Writer, spooled_counts
@@ -120,7 +120,7 @@ class Recorder:
         encoded_out = self._encode(output, "output")
         input_json = canonical_bytes(encoded_in)
         output_json = canonical_bytes(encoded_out)
-        key = match_key or match_key_of_encoded(kind, name, encoded_in)
+        key = match_key or match_key_of_canonical(kind, name, input_json)
         where = join_path(current_path(), f"{kind}:{name}") if path is None else path
         started = started_at or datetime.now(timezone.utc)
         vectors = _vectors(output) if kind == "embedding" and not is_error else []

@@ -6,6 +6,7 @@ Every identifier (the schema, the pgvector schema, temporary tables) is passed a
 
 from __future__ import annotations
 
+import functools
 import re
 from datetime import datetime
 from typing import Any
@@ -156,6 +157,7 @@ def vector_type(vector_schema: str) -> sql.Composed:
 # -- runs ---------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=128)  # built on every write: compose once
 def insert_run(schema: str) -> sql.Composed:
     """Parameters: the values of RUN_COLUMNS, metadata as JSON text."""
     values = [
@@ -166,6 +168,7 @@ def insert_run(schema: str) -> sql.Composed:
     )
 
 
+@functools.lru_cache(maxsize=128)  # built on every write: compose once
 def finish_run(schema: str) -> sql.Composed:
     """Parameters: status, step_count, head_checksum, finished_at, run_id."""
     return sql.SQL(
@@ -174,11 +177,13 @@ def finish_run(schema: str) -> sql.Composed:
     ).format(_table(schema, "runs"))
 
 
+@functools.lru_cache(maxsize=128)  # built on every write: compose once
 def set_status(schema: str) -> sql.Composed:
     """Parameters: status, run_id."""
     return sql.SQL("UPDATE {} SET status = %s WHERE run_id = %s").format(_table(schema, "runs"))
 
 
+@functools.lru_cache(maxsize=128)  # built on every write: compose once
 def select_run(schema: str) -> sql.Composed:
     """Parameter: run_id."""
     return sql.SQL("SELECT {} FROM {} WHERE run_id = %s").format(
@@ -230,6 +235,7 @@ def delete_rows(schema: str, table: str) -> sql.Composed:
 # -- steps and vectors --------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=128)  # built on every write: compose once
 def create_stage_steps(schema: str) -> sql.Composed:
     """Session-private staging table for idempotent appends, gone at commit."""
     return sql.SQL("CREATE TEMP TABLE {} (LIKE {}) ON COMMIT DROP").format(
@@ -237,17 +243,20 @@ def create_stage_steps(schema: str) -> sql.Composed:
     )
 
 
+@functools.lru_cache(maxsize=128)  # built on every write: compose once
 def create_stage_vectors(schema: str) -> sql.Composed:
     return sql.SQL("CREATE TEMP TABLE {} (LIKE {}) ON COMMIT DROP").format(
         _STAGE_VECTORS, _table(schema, "embeddings")
     )
 
 
+@functools.lru_cache(maxsize=128)  # built on every write: compose once
 def copy_steps(schema: str, *, staged: bool = False) -> sql.Composed:
     target = _STAGE_STEPS if staged else _table(schema, "run_log")
     return sql.SQL("COPY {} ({}) FROM STDIN").format(target, _names(STEP_COLUMNS))
 
 
+@functools.lru_cache(maxsize=128)  # built on every write: compose once
 def insert_steps(schema: str, rows: int, *, idempotent: bool) -> sql.Composed:
     """One multi-row INSERT: a single round trip for the small batches of `sync` recording."""
     row = sql.SQL("({})").format(sql.SQL(", ").join(sql.Placeholder() * len(STEP_COLUMNS)))
@@ -258,17 +267,20 @@ def insert_steps(schema: str, rows: int, *, idempotent: bool) -> sql.Composed:
     return query
 
 
+@functools.lru_cache(maxsize=128)  # built on every write: compose once
 def copy_vectors(schema: str, *, staged: bool = False) -> sql.Composed:
     target = _STAGE_VECTORS if staged else _table(schema, "embeddings")
     return sql.SQL("COPY {} ({}) FROM STDIN").format(target, _names(_EMBEDDING_COLUMNS))
 
 
+@functools.lru_cache(maxsize=128)  # built on every write: compose once
 def merge_staged_steps(schema: str) -> sql.Composed:
     return sql.SQL(
         "INSERT INTO {} ({}) SELECT {} FROM {} ON CONFLICT (run_id, step) DO NOTHING"
     ).format(_table(schema, "run_log"), _names(STEP_COLUMNS), _names(STEP_COLUMNS), _STAGE_STEPS)
 
 
+@functools.lru_cache(maxsize=128)  # built on every write: compose once
 def merge_staged_vectors(schema: str) -> sql.Composed:
     return sql.SQL(
         "INSERT INTO {} ({}) SELECT {} FROM {} ON CONFLICT (run_id, step, position) DO NOTHING"
@@ -280,6 +292,7 @@ def merge_staged_vectors(schema: str) -> sql.Composed:
     )
 
 
+@functools.lru_cache(maxsize=128)  # built on every write: compose once
 def load_steps(schema: str) -> sql.Composed:
     """Parameter: run_id."""
     return sql.SQL("SELECT {} FROM {} WHERE run_id = %s ORDER BY step").format(

@@ -345,3 +345,16 @@ def test_a_run_outliving_its_store_is_still_written(any_store: Store) -> None:
     any_store.close()
     with pytest.raises(StoreError, match="closed"), any_store.record():
         pass
+
+
+def test_match_key_is_the_hash_of_the_canonical_request() -> None:
+    import hashlib
+    import json
+
+    from agentreplay_core import match_key
+
+    request = {"b": [1, 2.5, "é"], "a": None}
+    # canonical JSON written out by hand: sorted keys, no spaces, UTF-8
+    expected = hashlib.sha256('["llm","m",{"a":null,"b":[1,2.5,"é"]}]'.encode()).hexdigest()
+    assert match_key("llm", "m", request) == expected[:32]
+    assert match_key("llm", "m", json.loads(json.dumps(request))) == expected[:32]
