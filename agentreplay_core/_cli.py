@@ -45,9 +45,9 @@ def _open(dsn: str | None, schema: str = "agentreplay") -> Store:
 
 
 def _fail(message: str, hint: str = "", code: int = 2) -> typer.Exit:
-    err.print(f"[red]error:[/red] {message}")
+    err.print("error: " + message, style="red", markup=False, highlight=False)
     if hint:
-        err.print(f"[dim]hint: {hint}[/dim]")
+        err.print("hint: " + hint, style="dim", markup=False, highlight=False)
     return typer.Exit(code)
 
 
@@ -81,8 +81,9 @@ def verify(
         raise _fail(str(exc)) from None
     bad = [r for r in reports if not r.ok]
     for report in reports:
-        colour = "green" if report.ok else "red"
-        console.print(f"[{colour}]{report}[/{colour}]")
+        # markup off: problem codes are written in [brackets]
+        console.print(str(report), style="green" if report.ok else "red", markup=False,
+                      highlight=False)
     raise typer.Exit(1 if bad else 0)
 
 

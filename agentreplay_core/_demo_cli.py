@@ -54,7 +54,7 @@ def run_demo(store: Store, console: Console) -> bool:
                   f"{'yes' if other != live else 'no (rare coincidence)'}")
 
     report = store.verify(rec.run_id)
-    console.print(f"verify: [{'green' if report.ok else 'red'}]{report}")
+    console.print(f"verify: {report}", style="green" if report.ok else "red", markup=False)
 
     console.rule("a changed prompt during replay")
     diverged = False

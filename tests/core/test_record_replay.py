@@ -358,3 +358,24 @@ def test_match_key_is_the_hash_of_the_canonical_request() -> None:
     expected = hashlib.sha256('["llm","m",{"a":null,"b":[1,2.5,"é"]}]'.encode()).hexdigest()
     assert match_key("llm", "m", request) == expected[:32]
     assert match_key("llm", "m", json.loads(json.dumps(request))) == expected[:32]
+
+
+def test_replay_blocks_live_network_calls_but_not_the_store(any_store: Store) -> None:
+    import socket
+
+    from agentreplay_core import NetworkAccessDuringReplay
+
+    original_connect = socket.socket.connect
+    with any_store.record() as rec:
+        rec.record("tool", "t", {}, 1)
+    with any_store.replay(rec.run_id) as player:
+        assert socket.socket.connect is not original_connect
+        with pytest.raises(NetworkAccessDuringReplay, match="203.0.113.7"):
+            socket.create_connection(("203.0.113.7", 443), timeout=1)
+        assert player.next("tool", "t", {}) == 1
+        # the store itself still answers inside the replay (PostgreSQL over its socket)
+        assert any_store.get_run(rec.run_id).run_id == rec.run_id
+    with any_store.replay(rec.run_id, network_guard=False) as player:
+        player.next("tool", "t", {})
+        assert socket.socket.connect is original_connect
+    assert socket.socket.connect is original_connect
