@@ -49,7 +49,8 @@ def nearest_candidates(
 
     Steps of the same kind and name come first, then the same kind, then any other; within
     each group the most similar input first, then the earliest step. Only as many groups as
-    needed to fill `limit` are scored.
+    needed to fill `limit` are scored. Steps of another kind are listed only when their input
+    has something in common with the request: a 0% match of another kind is noise.
     """
     if limit <= 0:
         return []
@@ -61,10 +62,12 @@ def nearest_candidates(
         else:
             groups[2].append(row)
     chosen: list[tuple[int, str, str, Any, float]] = []
-    for group in groups:
+    for index, group in enumerate(groups):
         if len(chosen) >= limit:
             break
         scored = [(*row, similarity(row[3], actual)) for row in group]
+        if index == 2:
+            scored = [item for item in scored if item[4] > 0]
         scored.sort(key=lambda item: (-item[4], item[0]))
         chosen.extend(scored[: limit - len(chosen)])
     return [

@@ -351,8 +351,11 @@ def test_candidates_rank_same_kind_and_name_first_then_same_kind() -> None:
     assert str(candidates[2]).endswith(": model differs")
     assert candidates[0].similarity > candidates[1].similarity
     all_of_them = nearest_candidates(actual, "llm", "gpt-4o", recorded, limit=10)
-    assert [c.step for c in all_of_them] == [7, 2, 3, 1]
-    assert str(all_of_them[3]) == "step 1 tool 'weather' (0% similar): city removed (+2 more)"
+    # the tool step shares nothing with the request: another kind at 0% is noise, left out
+    assert [c.step for c in all_of_them] == [7, 2, 3]
+    related = [*recorded, (9, "tool", "weather", {"model": "gpt-4o"})]
+    with_tool = nearest_candidates(actual, "llm", "gpt-4o", related, limit=10)
+    assert [c.step for c in with_tool] == [7, 2, 3, 9]
 
 
 def test_candidate_string_format() -> None:
