@@ -11,7 +11,6 @@ pool traceback. Usage::
 
 from __future__ import annotations
 
-import gc
 import math
 import re
 import threading
@@ -32,49 +31,34 @@ from agentreplay_core._errors import RunNotFound, StoreError
 from agentreplay_core._model import EmbeddingMatch, Run, RunStatus, Step
 from agentreplay_core.stores import _sql
 from agentreplay_core.stores._backend import EmbeddingRow, PendingStep, RunFinish, StoreBackend
-from agentreplay_core.stores._migrate import (
+from agentreplay_core.stores._migrate import apply_migrations, extension_schema, read_status
+from agentreplay_core.stores._pgconn import (
+    Conn,
     DatabaseUnavailable,
-    apply_migrations,
+    configure,
     connect,
     dsn_endpoints,
     explain_failure,
-    extension_schema,
-    read_status,
     redact_dsn,
+)
+from agentreplay_core.stores._pgrows import (
+    MAX_VECTOR_DIMS,
+    gc_paused,
+    run_from_row,
+    step_from_row,
+    step_values,
+    vector_text,
 )
 
 __all__ = ["DatabaseUnavailable", "PostgresBackend", "vector_text"]
 
-Conn = psycopg.Connection[Any]
-
-_MAX_VECTOR_DIMS = 16_000  # pgvector's limit for the `vector` type
-_FLOAT32_MAX = 3.4028234663852886e38
 _HEX_RE = re.compile(r"^[0-9a-f]{0,32}$")
-
-
-def vector_text(vector: Sequence[float]) -> str | None:
-    """pgvector's text form of `vector`, or None if pgvector cannot hold it."""
-    values = [float(x) for x in vector]
-    if not 1 <= len(values) <= _MAX_VECTOR_DIMS:
-        return None
-    if not all(math.isfinite(x) and abs(x) <= _FLOAT32_MAX for x in values):
-        return None
-    return "[" + ",".join(map(repr, values)) + "]"
 
 
 #: a pooled connection idle for longer than this is checked before it is handed out
 IDLE_CHECK_SECONDS = 1.0
 #: batches up to this many steps (without vectors) are written with one INSERT, not COPY
 SMALL_BATCH = 8
-
-
-def _step_values(s: PendingStep) -> tuple[Any, ...]:
-    """A step's column values, in `STEP_COLUMNS` order."""
-    return (
-        s.run_id, s.step, s.kind, s.name, s.match_key, s.path,
-        s.input_json.decode(), s.output_json.decode(), s.is_error,
-        s.started_at, s.duration_ms, s.checksum,
-    )  # fmt: skip
 
 
 class PostgresBackend(StoreBackend):
@@ -124,7 +108,7 @@ class PostgresBackend(StoreBackend):
             min_size=min_size,
             max_size=max_size,
             kwargs={"autocommit": True, "connect_timeout": max(2, math.ceil(self._timeout))},
-            configure=_configure,
+            configure=configure,
             check=self._check_if_idle,  # survive a server restart
             timeout=self._timeout,
             # Give up background reconnection quickly: the next call then connects on demand
@@ -206,7 +190,7 @@ class PostgresBackend(StoreBackend):
                     f"{wait:g}s. {exc}"
                 ) from None  # the pool's own timeout says nothing more
             with direct:
-                _configure(direct)
+                configure(direct)
                 yield direct
         except PoolClosed as exc:
             raise StoreError(f"cannot {action}: the store {self.description} is closed") from exc
@@ -275,7 +259,7 @@ class PostgresBackend(StoreBackend):
             row = conn.execute(_sql.select_run(self.schema), (run_id,)).fetchone()
         if row is None:
             raise RunNotFound(run_id)
-        return _run_from_row(row)
+        return run_from_row(row)
 
     def list_runs(
         self,
@@ -294,7 +278,7 @@ class PostgresBackend(StoreBackend):
         )
         with self._connection("list runs") as conn:
             rows = conn.execute(query, params).fetchall()
-        return [_run_from_row(row) for row in rows]
+        return [run_from_row(row) for row in rows]
 
     def run_ids_like(self, prefix: str, limit: int = 5) -> list[UUID]:
         """Run ids starting with `prefix` (hex digits, dashes ignored), for "did you mean"."""
@@ -340,7 +324,7 @@ class PostgresBackend(StoreBackend):
             if not vectors and len(steps) <= SMALL_BATCH:
                 # A single INSERT is atomic on its own: one round trip instead of
                 # BEGIN + COPY + COMMIT, which is what a `sync` recorder pays per step.
-                params = [v for s in steps for v in _step_values(s)]
+                params = [v for s in steps for v in step_values(s)]
                 with self._connection(action, self.write_timeout, write=True) as conn:
                     conn.execute(self._insert_query(conn, len(steps), idempotent), params)
                 return
@@ -365,7 +349,7 @@ class PostgresBackend(StoreBackend):
             cur.execute(_sql.create_stage_steps(self.schema))
         with cur.copy(_sql.copy_steps(self.schema, staged=idempotent)) as copy:
             for s in steps:
-                copy.write_row(_step_values(s))
+                copy.write_row(step_values(s))
         if idempotent:
             cur.execute(_sql.merge_staged_steps(self.schema))
 
@@ -381,11 +365,11 @@ class PostgresBackend(StoreBackend):
             cur.execute(_sql.merge_staged_vectors(self.schema))
 
     def load_steps(self, run_id: UUID) -> list[Step]:
-        with self._connection(f"load the steps of run {run_id}") as conn, _gc_paused():
+        with self._connection(f"load the steps of run {run_id}") as conn, gc_paused():
             rows = conn.execute(_sql.load_steps(self.schema), (run_id,)).fetchall()
             # No rows: an empty run, or no such run at all.
             exists = rows or conn.execute(_sql.select_run(self.schema), (run_id,)).fetchone()
-            steps = [_step_from_row(row) for row in rows]
+            steps = [step_from_row(row) for row in rows]
         if not exists:
             raise RunNotFound(run_id)
         return steps
@@ -401,7 +385,7 @@ class PostgresBackend(StoreBackend):
         text = vector_text(vector)
         if text is None:
             raise ValueError(
-                f"cannot search with this vector: it needs 1 to {_MAX_VECTOR_DIMS} finite "
+                f"cannot search with this vector: it needs 1 to {MAX_VECTOR_DIMS} finite "
                 f"float32-range values (got {len(vector)} values)"
             )
         query = _sql.search_embeddings(self.schema, self._vector_schema)
@@ -415,42 +399,3 @@ class PostgresBackend(StoreBackend):
     def server_endpoints(self) -> list[tuple[str, int]]:
         """TCP (host, port) pairs of the server, names and addresses; [] for Unix sockets."""
         return dsn_endpoints(self._dsn)
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Hold off the cyclic GC while building many acyclic rows and JSON trees.
-
-    Each collection would rescan every object made so far: for 10,000 steps of 2 KB the pause
-    cuts load time by about a third. Re-enabled only if it was enabled, so a host's own
-    setting stands.
-    """
-    was_enabled = gc.isenabled()
-    if was_enabled:
-        gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
-def _configure(conn: Conn) -> None:
-    # Timestamps come back in UTC whatever the server's default zone.
-    conn.execute("SET TIME ZONE 'UTC'")
-
-
-def _run_from_row(row: tuple[Any, ...]) -> Run:
-    values = dict(zip(_sql.RUN_COLUMNS, row, strict=True))
-    values["metadata"] = _codec.loads(values["metadata"])
-    values["status"] = RunStatus(values["status"])
-    return Run(**values)
-
-
-def _step_from_row(r: tuple[Any, ...]) -> Step:
-    loads = _codec.loads
-    return Step(
-        run_id=r[0], step=r[1], kind=r[2], name=r[3], match_key=r[4], path=r[5],
-        input=loads(r[6]), output=loads(r[7]), is_error=r[8], started_at=r[9],
-        duration_ms=r[10], checksum=r[11],
-    )  # fmt: skip

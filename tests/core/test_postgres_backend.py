@@ -15,7 +15,7 @@ from agentreplay_core import _codec
 from agentreplay_core._errors import RunNotFound, StoreError
 from agentreplay_core._model import Run, RunStatus
 from agentreplay_core.stores._backend import EmbeddingRow, PendingStep, RunFinish
-from agentreplay_core.stores._migrate import DatabaseUnavailable, dsn_endpoints, redact_dsn
+from agentreplay_core.stores._pgconn import DatabaseUnavailable, dsn_endpoints, redact_dsn
 from agentreplay_core.stores._postgres import PostgresBackend
 from tests.support.pgcluster import PgCluster
 

@@ -370,7 +370,7 @@ def test_replay_blocks_live_network_calls_but_not_the_store(any_store: Store) ->
         rec.record("tool", "t", {}, 1)
     with any_store.replay(rec.run_id) as player:
         assert socket.socket.connect is not original_connect
-        with pytest.raises(NetworkAccessDuringReplay, match="203.0.113.7"):
+        with pytest.raises(NetworkAccessDuringReplay, match=r"203\.0\.113\.7"):
             socket.create_connection(("203.0.113.7", 443), timeout=1)
         assert player.next("tool", "t", {}) == 1
         # the store itself still answers inside the replay (PostgreSQL over its socket)

@@ -1,0 +1,153 @@
+"""Connecting to PostgreSQL: errors that name the server (never its password) and say what to
+check, DSN parsing for the replay network guard, and per-connection settings."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import socket
+from typing import Any
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+
+from agentreplay_core._errors import StoreError
+
+__all__ = [
+    "Conn",
+    "DatabaseUnavailable",
+    "configure",
+    "connect",
+    "describe_target",
+    "dsn_endpoints",
+    "explain_failure",
+    "redact_dsn",
+]
+
+Conn = psycopg.Connection[Any]
+
+
+class DatabaseUnavailable(StoreError, ConnectionError):
+    """PostgreSQL cannot be reached (down, restarting, wrong address); retrying may help."""
+
+
+_KV_PASSWORD_RE = re.compile(r"\bpassword\s*=\s*('(?:[^'\\]|\\.)*'|\S+)\s*", re.IGNORECASE)
+_CONNECT_HINT = (
+    "Check that PostgreSQL is running there and that the store URL (or AGENTREPLAY_DSN) names "
+    "the right host, port, database and user. Without a URL agentreplay starts an embedded "
+    'server: pip install "agentreplay[embedded]".'
+)
+
+
+def redact_dsn(dsn: str) -> str:
+    """`dsn` with any password removed, for messages and `description`."""
+    if "://" not in dsn:
+        return _KV_PASSWORD_RE.sub("", dsn).strip()
+    try:
+        parts = urlsplit(dsn)
+    except ValueError:
+        return "<unparseable PostgreSQL URL>"
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, _, hosts = netloc.rpartition("@")
+        user = userinfo.split(":", 1)[0]
+        netloc = f"{user}@{hosts}" if user else hosts
+    query = "&".join(
+        item for item in parts.query.split("&") if item and not item.lower().startswith("password=")
+    )
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
+def _secrets(dsn: str) -> list[str]:
+    found = [m.group(1).strip("'") for m in _KV_PASSWORD_RE.finditer(dsn)]
+    if "://" in dsn:
+        try:
+            password = urlsplit(dsn).password
+        except ValueError:
+            password = None
+        if password:
+            found += [password, unquote(password)]
+    return [s for s in found if s]
+
+
+def explain_failure(exc: BaseException, dsn: str) -> str:
+    """The driver's message on one line, with the DSN's password (if any) masked."""
+    message = " ".join(str(exc).split()) or type(exc).__name__
+    for secret in sorted(_secrets(dsn), key=len, reverse=True):
+        message = message.replace(secret, "***")
+    return message
+
+
+def describe_target(dsn: str) -> str:
+    """`database "d" at host h port p as user "u"`, from the DSN and libpq's variables."""
+    try:
+        params = conninfo_to_dict(dsn)
+    except psycopg.Error:
+        return redact_dsn(dsn)
+    env = os.environ
+
+    def get(key: str, var: str, default: str) -> str:
+        return str(params.get(key) or env.get(var) or default)
+
+    user = get("user", "PGUSER", "(your login name)")
+    host = get("host", "PGHOST", "") or get("hostaddr", "PGHOSTADDR", "the default local socket")
+    return (
+        f'database "{get("dbname", "PGDATABASE", user)}" at host {host} '
+        f'port {get("port", "PGPORT", "5432")} as user "{user}"'
+    )
+
+
+def connect(dsn: str, *, timeout: float = 10) -> Conn:
+    """An autocommit connection, or a `StoreError` that says where and what to check."""
+    try:
+        return psycopg.connect(dsn, autocommit=True, connect_timeout=max(2, math.ceil(timeout)))
+    except psycopg.OperationalError as exc:
+        raise DatabaseUnavailable(
+            f"cannot connect to PostgreSQL ({describe_target(dsn)}): "
+            f"{explain_failure(exc, dsn)}. {_CONNECT_HINT}"
+        ) from exc
+    except psycopg.Error as exc:
+        raise StoreError(
+            f"invalid PostgreSQL connection string {redact_dsn(dsn)!r}: "
+            f"{explain_failure(exc, dsn)}. Use a URL like postgresql://user@host:5432/dbname "
+            "or key=value pairs such as 'host=localhost dbname=agents'."
+        ) from exc
+
+
+def dsn_endpoints(dsn: str) -> list[tuple[str, int]]:
+    """TCP (host, port) pairs `dsn` may connect to, with resolved addresses; [] for sockets."""
+    try:
+        params = conninfo_to_dict(dsn)
+    except psycopg.Error:
+        return []
+    env = os.environ
+    hosts = str(params.get("host") or env.get("PGHOST") or "").split(",")
+    addrs = str(params.get("hostaddr") or env.get("PGHOSTADDR") or "").split(",")
+    ports = str(params.get("port") or env.get("PGPORT") or "").split(",")
+    found: list[tuple[str, int]] = []
+    for i in range(max(len(hosts), len(addrs))):
+        host = hosts[i].strip() if i < len(hosts) else ""
+        addr = addrs[i].strip() if i < len(addrs) else ""
+        port_text = (ports[i] if i < len(ports) else ports[0]).strip()
+        port = int(port_text) if port_text.isdigit() else 5432
+        if addr:
+            names = [addr]
+        elif not host or host.startswith(("/", "@")):
+            continue  # a Unix-domain socket: no network endpoint
+        else:
+            names = [host]
+            try:
+                infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            except OSError:
+                infos = []
+            names += [str(info[4][0]) for info in infos]
+        found += [(name, port) for name in names if (name, port) not in found]
+    return found
+
+
+def configure(conn: Conn) -> None:
+    """Settings every store connection gets."""
+    # Timestamps come back in UTC whatever the server's default zone.
+    conn.execute("SET TIME ZONE 'UTC'")
