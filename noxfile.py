@@ -81,7 +81,7 @@ def lint(session: nox.Session) -> None:
 @nox.session(python=LINT_PYTHON)
 def typecheck(session: nox.Session) -> None:
     """mypy --strict on the packages and the tests."""
-    session.install("-e", ".[embedded]", "--group", "lint")
+    session.install("-e", ".[all]", "--group", "lint")
     session.run("mypy")
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 
 def test_core_imports_neither_langchain_nor_llama_index() -> None:
     code = (
@@ -20,3 +22,23 @@ def test_core_imports_neither_langchain_nor_llama_index() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             check=True)
     assert result.stdout.strip() == ""
+
+
+@pytest.mark.parametrize(
+    ("adapter", "framework", "extra"),
+    [
+        ("agentreplay_langchain", "langchain_core", "agentreplay[langchain]"),
+        ("agentreplay_llamaindex", "llama_index", "agentreplay[llamaindex]"),
+    ],
+)
+def test_adapter_without_its_framework_names_the_extra(adapter: str, framework: str,
+                                                       extra: str) -> None:
+    # A None entry in sys.modules makes `import framework` fail as if it were not installed.
+    code = (
+        f"import sys; sys.modules[{framework!r}] = None\n"
+        f"try:\n    import {adapter}\n"
+        "except ImportError as exc:\n    print(exc)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True)
+    assert extra in result.stdout
