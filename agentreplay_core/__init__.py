@@ -30,6 +30,7 @@ from agentreplay_core._netguard import network_guard
 from agentreplay_core._player import Player
 from agentreplay_core._protocol import RunStore
 from agentreplay_core._recorder import Recorder, RecordingStats
+from agentreplay_core._spool import SpoolFlushError
 from agentreplay_core._store import Store
 from agentreplay_core.stores._open import open_store
 
@@ -51,6 +52,7 @@ __all__ = [
     "RunStatus",
     "RunStore",
     "SerializationError",
+    "SpoolFlushError",
     "Step",
     "StepKind",
     "Store",

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import sys
 from typing import Annotated
+from uuid import UUID
 
 import typer
 from rich.console import Console
 
 from agentreplay_core._errors import AgentReplayError
+from agentreplay_core._spool import SpoolFlushError
 from agentreplay_core._store import Store
 from agentreplay_core.stores._open import open_store
 
@@ -90,14 +92,22 @@ def verify(
 @spool_app.command("flush")
 def spool_flush(dsn: DsnOption = None, schema: SchemaOption = "agentreplay") -> None:
     """Load rows spooled while the database was down."""
+    failed: dict[UUID, str] = {}
     try:
         with _open(dsn, schema) as store:
-            loaded = store.flush_spool()
+            try:
+                loaded = store.flush_spool()
+            except SpoolFlushError as partial:
+                loaded, failed = partial.loaded, partial.failed
     except AgentReplayError as exc:
         raise _fail(str(exc), "is the database reachable again?") from None
     for run_id, count in loaded.items():
         console.print(f"run {run_id}: {count} step(s) loaded")
     console.print(f"{len(loaded)} spooled run(s) loaded")
+    for run_id, why in failed.items():
+        err.print(f"run {run_id} stays spooled: {why}", style="red", markup=False)
+    if failed:
+        raise typer.Exit(1)
 
 
 @db_app.command("migrate")

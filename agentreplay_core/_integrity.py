@@ -9,10 +9,11 @@ For step n of a run::
 
 `H` is SHA-256, or HMAC-SHA-256 under the configured key; `||` joins the 32 raw digest bytes of
 the previous checksum with the payload bytes. Checksums are stored as lower-case hex.
-`runs.head_checksum` equals the checksum of the last step, and `runs.step_count` the number of
-steps, so a truncated or extended run is detected too. The step's `path` is chained as well
-(an extension of DESIGN's list): replay uses it to tell concurrent branches apart, so it must not
-be editable either.
+Sealing a run chains one more record after the last step: `head_checksum = H(checksum[N] ||
+{"run_id", "seal": true, "status", "step_count"})`, so a truncated or extended run, or one whose
+status was changed, is detected too (with an HMAC key, even by someone who can rewrite rows).
+The step's `path` is chained as well (an extension of DESIGN's list): replay uses it to tell
+concurrent branches apart, so it must not be editable either.
 """
 
 from __future__ import annotations
@@ -103,15 +104,38 @@ class VerifyReport:
     run_id: UUID
     step_count: int
     problems: list[Problem] = field(default_factory=list)
+    #: True when the run carries a seal (complete or failed); an unsealed run (still recording,
+    #: or incomplete because its process died) cannot prove that no steps followed the last one
+    sealed: bool = False
 
     @property
     def ok(self) -> bool:
         return not self.problems
 
     def __str__(self) -> str:
-        if self.ok:
-            return f"run {self.run_id}: {self.step_count} steps, chain intact"
-        return "\n".join(str(p) for p in self.problems)
+        if not self.ok:
+            return "\n".join(str(p) for p in self.problems)
+        seal = ("sealed" if self.sealed else
+                "not sealed, so steps after the last stored one cannot be ruled out")
+        return f"run {self.run_id}: {self.step_count} steps, chain intact, {seal}"
+
+
+def seal_payload(run_id: UUID, status: RunStatus, step_count: int) -> bytes:
+    """Canonical bytes of a run's seal, chained after its last step into `head_checksum`.
+
+    Status and step count are inside the chain, so with an HMAC key neither truncating a run
+    nor flipping `failed` to `complete` can be hidden by editing the `runs` row.
+    """
+    return b"".join((
+        b'{"run_id":', orjson.dumps(str(run_id)), b',"seal":true,"status":',
+        orjson.dumps(RunStatus(status).value), b',"step_count":', str(step_count).encode(), b"}",
+    ))
+
+
+def seal_checksum(run_id: UUID, status: RunStatus, step_count: int, last: bytes,
+                  key: bytes | None) -> str:
+    """The `head_checksum` that seals a run whose last step checksum is `last` (or GENESIS)."""
+    return chain_next(last, seal_payload(run_id, status, step_count), key).hex()
 
 
 def _recompute(step: Step, previous: bytes, key: bytes | None) -> bytes:
@@ -122,11 +146,15 @@ def _recompute(step: Step, previous: bytes, key: bytes | None) -> bytes:
     return chain_next(previous, payload, key)
 
 
-def verify_chain(run: Run, steps: Sequence[Step], key: bytes | None) -> VerifyReport:
+def verify_chain(
+    run: Run, steps: Sequence[Step], key: bytes | None, *, accept_unkeyed: bool = False
+) -> VerifyReport:
     """Check every step's checksum, numbering and the run's seal; one problem per bad step.
 
     Each step is recomputed from the *stored* checksum of its predecessor, so a single changed
-    row is reported once instead of breaking every later step.
+    row is reported once instead of breaking every later step. With a key, a run chained
+    without it is a problem unless `accept_unkeyed` (anyone with write access could have
+    re-chained it with plain SHA-256).
     """
     report = VerifyReport(run_id=run.run_id, step_count=len(steps))
     problems = report.problems
@@ -134,8 +162,14 @@ def verify_chain(run: Run, steps: Sequence[Step], key: bytes | None) -> VerifyRe
         problems.append(Problem(run.run_id, None, "hmac_key_missing",
                                 f"run was chained with HMAC-SHA-256; set {HMAC_ENV} to verify it"))
         return report
-    if run.chain == "sha256" and key:
-        key = None  # the run predates the key; a plain chain is still checked
+    if run.chain != "hmac-sha256" and key:
+        if not accept_unkeyed:
+            problems.append(Problem(
+                run.run_id, None, "unkeyed_run",
+                "run is chained with plain SHA-256 although an HMAC key is configured: anyone "
+                "with write access could have forged it (pass accept_unkeyed=True for runs "
+                "recorded before the key existed)"))
+        key = None
     previous = GENESIS
     expected_step = 1
     for step in steps:
@@ -151,31 +185,42 @@ def verify_chain(run: Run, steps: Sequence[Step], key: bytes | None) -> VerifyRe
                                     "step number appears twice"))
         try:
             digest = _recompute(step, previous, key)
-        except Exception as exc:  # a tampered row may not even decode
+        except Exception as exc:  # a tampered row may not even encode
             problems.append(Problem(run.run_id, step.step, "unreadable", f"cannot hash: {exc}"))
             digest = b""
         if digest.hex() != step.checksum:
             problems.append(Problem(run.run_id, step.step, "checksum_mismatch",
                                     "content does not match its checksum (changed, inserted, "
                                     "reordered or copied from another run)"))
-        try:
-            previous = bytes.fromhex(step.checksum)
-        except ValueError:
-            previous = b""
+        previous = _digest_bytes(step.checksum)
         expected_step = max(expected_step, step.step + 1)
-    _check_seal(run, steps, problems)
+    _check_seal(run, steps, previous, key, report)
     return report
 
 
-def _check_seal(run: Run, steps: Sequence[Step], problems: list[Problem]) -> None:
-    sealed = run.status in (RunStatus.COMPLETE, RunStatus.FAILED)
-    last = steps[-1] if steps else None
-    if sealed or run.head_checksum is not None:
-        if run.step_count != len(steps):
-            problems.append(Problem(run.run_id, None, "step_count_mismatch",
-                                    f"run was sealed with {run.step_count} steps but "
-                                    f"{len(steps)} are stored (truncated or extended)"))
-        head = last.checksum if last else None
-        if run.head_checksum != head:
-            problems.append(Problem(run.run_id, None, "head_mismatch",
-                                    "head checksum does not match the last stored step"))
+def _digest_bytes(checksum: object) -> bytes:
+    try:
+        return bytes.fromhex(str(checksum))
+    except ValueError:
+        return b""
+
+
+def _check_seal(run: Run, steps: Sequence[Step], last: bytes, key: bytes | None,
+                report: VerifyReport) -> None:
+    problems = report.problems
+    finished = run.status in (RunStatus.COMPLETE, RunStatus.FAILED)
+    if run.head_checksum is None:
+        if finished:
+            problems.append(Problem(run.run_id, None, "seal_missing",
+                                    f"run claims to be {run.status.value} but carries no seal"))
+        return
+    report.sealed = True
+    if run.step_count != len(steps):
+        problems.append(Problem(run.run_id, None, "step_count_mismatch",
+                                f"run was sealed with {run.step_count} steps but "
+                                f"{len(steps)} are stored (truncated or extended)"))
+    expected = seal_checksum(run.run_id, run.status, run.step_count, last, key)
+    if run.head_checksum != expected:
+        problems.append(Problem(run.run_id, None, "seal_mismatch",
+                                "the seal does not match the run's status, step count and last "
+                                "step (truncated, extended, or status changed)"))

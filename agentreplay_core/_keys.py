@@ -47,6 +47,14 @@ def match_key(kind: str, name: str, request: Any) -> str:
     return match_key_of_encoded(kind, name, encode(request, path="request"))
 
 
+def clean_label(text: str) -> str:
+    """A kind/name/path as stored: NUL, which PostgreSQL text cannot hold, becomes visible.
+
+    Recorder and player both apply it, so a name with NUL still matches on replay.
+    """
+    return text.replace("\x00", "\\x00") if "\x00" in text else text
+
+
 def current_path() -> str:
     """The structural position of the code running now (set with `path_scope`)."""
     return _current_path.get()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import re
 from typing import Any
@@ -14,10 +15,14 @@ _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 def error_to_record(exc: BaseException) -> dict[str, Any]:
     """The JSON-able description of an exception (type, module, message, plain args)."""
     cls = type(exc)
+    try:
+        message = str(exc)
+    except Exception:  # an exception whose __str__ fails must not replace the user's own
+        message = f"<{cls.__qualname__} with an unprintable message>"
     record: dict[str, Any] = {
         "type": cls.__qualname__,
         "module": cls.__module__,
-        "message": str(exc),
+        "message": message,
     }
     if all(isinstance(a, (str, int, float, bool, type(None))) for a in exc.args):
         record["args"] = list(exc.args)
@@ -33,7 +38,9 @@ def _resolve_type(module: str, qualname: str) -> type[BaseException] | None:
             obj = getattr(obj, part)
     except Exception:
         return None
-    if isinstance(obj, type) and issubclass(obj, Exception):
+    # Cancellation is replayed too (a call that timed out); other BaseExceptions
+    # (KeyboardInterrupt, SystemExit) are never rebuilt from data.
+    if isinstance(obj, type) and (issubclass(obj, Exception) or obj is asyncio.CancelledError):
         return obj
     return None
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import threading
@@ -12,10 +13,16 @@ from datetime import datetime, timezone
 from typing import Any, TypeVar, cast
 from uuid import UUID
 
-from agentreplay_core._codec import canonical_bytes, encode, unencodable_marker
+from agentreplay_core._codec import canonical_bytes, decode, encode, unencodable_marker
 from agentreplay_core._errors import SerializationError
-from agentreplay_core._integrity import GENESIS, chain_next, step_payload
-from agentreplay_core._keys import at_path, current_path, join_path, match_key_of_canonical
+from agentreplay_core._integrity import GENESIS, chain_next, seal_checksum, step_payload
+from agentreplay_core._keys import (
+    at_path,
+    clean_label,
+    current_path,
+    join_path,
+    match_key_of_canonical,
+)
 from agentreplay_core._model import RunStatus, check_kind
 from agentreplay_core._recorded_errors import error_to_record
 from agentreplay_core._writer import SyncWriter, Writer, spooled_counts
@@ -110,20 +117,50 @@ class Recorder:
         path: str | None, match_key: str | None, started_at: datetime | None,
         duration_ms: float,
     ) -> int | None:
+        encoded_in = self._encode(input, "input")
+        encoded_out = self._encode(output, "output")
+        vectors = _vectors(output) if kind == "embedding" and not is_error else []
+        return self._append(kind, name, encoded_in, encoded_out, is_error, path, match_key,
+                            started_at, duration_ms, vectors)
+
+    def record_encoded(
+        self, kind: str, name: str, input: Any, output: Any, *, is_error: bool = False,
+        path: str | None = None, match_key: str | None = None,
+    ) -> int | None:
+        """Store a step whose input and output are already in the run log's encoded form
+        (copying a recorded step into a forked run); never raises, like `record`."""
+        try:
+            vectors = []
+            if kind == "embedding" and not is_error:
+                try:
+                    vectors = _vectors(decode(output, restore_objects=False))
+                except Exception:
+                    vectors = []
+            return self._append(kind, name, input, output, is_error, path, match_key, None,
+                                0.0, vectors)
+        except Exception:
+            self.stats.internal_errors += 1
+            log.exception("agentreplay: run %s: failed to record a %s step", self.run_id, kind)
+            return None
+
+    def _append(
+        self, kind: str, name: str, encoded_in: Any, encoded_out: Any, is_error: bool,
+        path: str | None, match_key: str | None, started_at: datetime | None,
+        duration_ms: float, vectors: list[list[float]],
+    ) -> int | None:
         kind = check_kind(kind)
+        name = clean_label(name)
         if self._closed:
             self.stats.internal_errors += 1
             log.error("agentreplay: run %s is sealed; a late %s step was dropped", self.run_id,
                       kind)
             return None
-        encoded_in = self._encode(input, "input")
-        encoded_out = self._encode(output, "output")
         input_json = canonical_bytes(encoded_in)
         output_json = canonical_bytes(encoded_out)
         key = match_key or match_key_of_canonical(kind, name, input_json)
-        where = join_path(current_path(), f"{kind}:{name}") if path is None else path
+        where = clean_label(join_path(current_path(), f"{kind}:{name}") if path is None
+                            else path)
         started = started_at or datetime.now(timezone.utc)
-        vectors = _vectors(output) if kind == "embedding" and not is_error else []
         with self._lock:
             number = self._next_step
             digest = chain_next(
@@ -156,7 +193,9 @@ class Recorder:
         try:
             with at_path(where):
                 yield outcome
-        except Exception as exc:
+        except (Exception, asyncio.CancelledError) as exc:
+            # A cancelled call (timeout, task cancelled) is recorded too: replay must not serve
+            # the result of the retry that followed it to the call that never finished.
             self.record(kind, name, input, error_to_record(exc), is_error=True, path=where,
                         started_at=started, duration_ms=(time.perf_counter() - t0) * 1000)
             raise
@@ -192,7 +231,7 @@ class Recorder:
                 return
             self._closed = True
             count = self._next_step - 1
-            head = self._previous.hex() if count else None
+            head = seal_checksum(self.run_id, status, count, self._previous, self._key)
         self._writer.submit_finish(RunFinish(self.run_id, status, count, head,
                                              datetime.now(timezone.utc)))
         if not self._writer.wait_durable(timeout):

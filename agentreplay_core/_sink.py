@@ -2,26 +2,33 @@
 
 Once a run has spooled anything, the rest of that run is spooled too (its rows then load in
 order, and the seal comes after the steps). A short circuit-breaker keeps a dead database
-from costing every new row the full retry time.
+from costing every new row the full retry time. A row the database *rejects* (bad data, not
+an outage) is neither retried nor spooled, which would only fail again at flush: the rest of
+its batch is written row by row and the rejected row is reported and counted as lost.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import TypeVar
 from uuid import UUID
 
-from tenacity import Retrying, stop_after_delay, wait_exponential
+from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
 from agentreplay_core._model import Run
 from agentreplay_core._spool import Spool
 from agentreplay_core.stores._backend import EmbeddingRow, PendingStep, RunFinish, StoreBackend
 
 log = logging.getLogger("agentreplay")
-T = TypeVar("T")
+
+
+class Outcome(enum.Enum):
+    WRITTEN = "written"
+    UNREACHABLE = "unreachable"  # retry later: spool
+    REJECTED = "rejected"  # the database refuses this data: spooling would not help
 
 
 class Sink:
@@ -47,85 +54,123 @@ class Sink:
         self.lost_steps: dict[UUID, int] = {}
         self.errors: list[str] = []
 
-    def _try(self, action: Callable[[], T]) -> bool:
+    def _try(self, action: Callable[[], object], what: str) -> Outcome:
         if time.monotonic() < self._down_until:
-            return False
+            return Outcome.UNREACHABLE
         try:  # the common case, without the retry machinery's overhead
             action()
-            return True
-        except Exception:
-            pass
+            return Outcome.WRITTEN
+        except Exception as exc:
+            if self.backend.is_permanent(exc):
+                self._note(f"run store {self.backend.description} rejected {what}: {exc}")
+                return Outcome.REJECTED
         try:
             for attempt in Retrying(
                 stop=stop_after_delay(self.retry_seconds),
                 wait=wait_exponential(multiplier=0.05, max=0.5),
+                retry=retry_if_exception(lambda e: not self.backend.is_permanent(e)),
                 reraise=True,
             ):
                 with attempt:
                     action()
-            return True
+            return Outcome.WRITTEN
         except Exception as exc:
+            if self.backend.is_permanent(exc):
+                self._note(f"run store {self.backend.description} rejected {what}: {exc}")
+                return Outcome.REJECTED
             self._down_until = time.monotonic() + self.cooldown_seconds
-            self._note(f"run store {self.backend.description} failed: {exc!r}; spooling")
-            return False
+            self._note(f"run store {self.backend.description} failed ({what}): {exc!r}; "
+                       "spooling")
+            return Outcome.UNREACHABLE
 
     def _note(self, message: str) -> None:
         log.warning("agentreplay: %s", message)
         with self._lock:
             self.errors.append(message)
 
-    def _spool_or_count(self, run_ids: set[UUID], action: Callable[[], None], steps: int) -> None:
+    def _count(self, table: dict[UUID, int], steps: Sequence[PendingStep]) -> None:
+        with self._lock:
+            for s in steps:
+                table[s.run_id] = table.get(s.run_id, 0) + 1
+
+    def _spool(self, run_ids: set[UUID], action: Callable[[], None], what: str) -> bool:
         with self._lock:
             self._spooling |= run_ids
         try:
             action()
+            return True
         except Exception as exc:  # disk full, permissions: say so loudly, count the loss
-            self._note(f"could not spool {steps} step(s) to {self.spool.directory}: {exc!r}")
-            with self._lock:
-                for run_id in run_ids:
-                    self.lost_steps[run_id] = self.lost_steps.get(run_id, 0) + steps
+            self._note(f"could not spool {what} to {self.spool.directory}: {exc!r}; LOST")
+            return False
 
     def is_spooling(self, run_id: UUID) -> bool:
         return run_id in self._spooling
 
     def write_run(self, run: Run) -> None:
-        if self._try(lambda: self.backend.create_run(run)):
+        if self._try(lambda: self.backend.create_run(run), f"run {run.run_id}") in (
+                Outcome.WRITTEN, Outcome.REJECTED):
             return
-        self._spool_or_count({run.run_id}, lambda: self.spool.write_run(run), 0)
+        self._spool({run.run_id}, lambda: self.spool.write_run(run), f"run {run.run_id}")
 
     def write_rows(self, steps: Sequence[PendingStep], embeddings: Sequence[EmbeddingRow]) -> None:
         direct = [s for s in steps if s.run_id not in self._spooling]
         spooled = [s for s in steps if s.run_id in self._spooling]
         if direct:
-            direct_ids = {s.run_id for s in direct}
-            vectors = [e for e in embeddings if e.run_id in direct_ids]
-            attempts = [0]
-
-            def append() -> None:
-                # A connection lost during COMMIT leaves the batch's fate unknown: later
-                # attempts skip the rows that did arrive.
-                attempts[0] += 1
-                self.backend.append(direct, vectors, idempotent=attempts[0] > 1)
-
-            if not self._try(append):
-                spooled.extend(direct)
-                with self._lock:
-                    self._spooling |= direct_ids
+            spooled.extend(self._write_direct(direct, embeddings))
         if spooled:
             ids = {s.run_id for s in spooled}
             vectors = [e for e in embeddings if e.run_id in ids]
-            self._spool_or_count(ids, lambda: self.spool.write_rows(spooled, vectors),
-                                 len(spooled))
+            kept = self._spool(ids, lambda: self.spool.write_rows(spooled, vectors),
+                               f"{len(spooled)} step(s)")
+            self._count(self.spooled_steps if kept else self.lost_steps, spooled)
+
+    def _write_direct(self, steps: list[PendingStep], embeddings: Sequence[EmbeddingRow]
+                      ) -> list[PendingStep]:
+        """Write to the backend; returns the steps that must be spooled instead."""
+        ids = {s.run_id for s in steps}
+        vectors = [e for e in embeddings if e.run_id in ids]
+        attempts = [0]
+
+        def append() -> None:
+            # A connection lost during COMMIT leaves the batch's fate unknown: later attempts
+            # skip the rows that did arrive.
+            attempts[0] += 1
+            self.backend.append(steps, vectors, idempotent=attempts[0] > 1)
+
+        outcome = self._try(append, f"{len(steps)} step(s)")
+        if outcome is Outcome.WRITTEN:
+            return []
+        if outcome is Outcome.UNREACHABLE:
             with self._lock:
-                for s in spooled:
-                    self.spooled_steps[s.run_id] = self.spooled_steps.get(s.run_id, 0) + 1
+                self._spooling |= ids
+            return steps
+        if len(steps) == 1:
+            self._count(self.lost_steps, steps)
+            return []
+        to_spool: list[PendingStep] = []
+        for step in steps:  # find the rejected row(s); keep the others
+            own = [e for e in vectors if e.run_id == step.run_id and e.step == step.step]
+            to_spool.extend(self._write_direct([step], own))
+        return to_spool
+
+    def spool_rows(self, steps: Sequence[PendingStep], embeddings: Sequence[EmbeddingRow]) -> None:
+        """Spool straight away (the writer's queue stayed full too long)."""
+        ids = {s.run_id for s in steps}
+        kept = self._spool(ids, lambda: self.spool.write_rows(steps, embeddings),
+                           f"{len(steps)} step(s)")
+        self._count(self.spooled_steps if kept else self.lost_steps, steps)
+
+    def spool_finish(self, finish: RunFinish) -> None:
+        self._spool({finish.run_id}, lambda: self.spool.write_finish(finish),
+                    f"the seal of run {finish.run_id}")
 
     def write_finish(self, finish: RunFinish) -> None:
         if finish.run_id not in self._spooling and self._try(
-            lambda: self.backend.finish_run(finish)
-        ):
+            lambda: self.backend.finish_run(finish), f"the seal of run {finish.run_id}"
+        ) in (Outcome.WRITTEN, Outcome.REJECTED):
             return
-        self._spool_or_count({finish.run_id}, lambda: self.spool.write_finish(finish), 0)
+        self._spool({finish.run_id}, lambda: self.spool.write_finish(finish),
+                    f"the seal of run {finish.run_id}")
 
     def flush_spooled(self) -> dict[UUID, int]:
         """Load what this sink spooled, if the database is back; failures are kept for later."""

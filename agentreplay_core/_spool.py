@@ -6,17 +6,19 @@ One append-only JSONL file per run (`<run_id>.jsonl`), each line one of::
     {"t": "rows", "steps": [...], "embeddings": [...]}   a batch of steps
     {"t": "finish", ...}                             the run's seal
 
-Lines are written whole and fsynced; a torn last line (process killed mid-write) is ignored.
+Lines are appended whole, fsynced, under an exclusive `flock` (see `stores/_jsonl.py`): an
+unfinished last line (a process killed mid-write) is ignored, and cut off before the next
+append. Loading renames a file to `<run_id>.jsonl.loading` first; `.loader.lock` gives one
+loader at a time its turn.
 """
 
 from __future__ import annotations
 
 import base64
 import fcntl
-import logging
 import os
-import threading
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from uuid import UUID
@@ -24,12 +26,16 @@ from uuid import UUID
 import orjson
 import platformdirs
 
+from agentreplay_core._errors import StoreError
 from agentreplay_core._model import Run, RunStatus
+from agentreplay_core.stores import _jsonl as jsonl
 from agentreplay_core.stores._backend import EmbeddingRow, PendingStep, RunFinish, StoreBackend
 
-log = logging.getLogger("agentreplay")
-
 SPOOL_ENV = "AGENTREPLAY_SPOOL_DIR"
+LOADING = ".jsonl.loading"
+LOADER_LOCK = ".loader.lock"
+#: load passes per run and call: bounds the chase of a recorder that keeps spooling
+MAX_PASSES = 100
 
 
 def default_spool_dir() -> Path:
@@ -62,38 +68,39 @@ def _step_from_json(data: dict[str, object]) -> PendingStep:
     )
 
 
+class SpoolFlushError(StoreError):
+    """Some spooled runs could not be loaded; they stay spooled for a later flush.
+
+    Attributes:
+        loaded: steps loaded per run that did load (as `Spool.flush` returns them).
+        failed: per run that did not, why (exception type and message).
+    """
+
+    def __init__(
+        self, directory: Path, loaded: dict[UUID, int], failed: dict[UUID, str]
+    ) -> None:
+        self.loaded = loaded
+        self.failed = failed
+        reasons = "; ".join(f"run {run_id}: {why}" for run_id, why in failed.items())
+        super().__init__(
+            f"{len(failed)} spooled run(s) in {directory} could not be loaded ({reasons}); "
+            f"{len(loaded)} other run(s) were loaded. The failed ones stay spooled: fix the "
+            "cause and run `agentreplay spool flush` again")
+
+
 class Spool:
-    """Append-only spool files in one directory."""
+    """Append-only spool files in one directory, shared safely by threads and processes."""
 
     def __init__(self, directory: Path | None = None) -> None:
         self.directory = Path(directory) if directory else default_spool_dir()
-        self._lock = threading.Lock()
 
     def _file(self, run_id: UUID) -> Path:
         return self.directory / f"{run_id}.jsonl"
 
     def _append(self, run_id: UUID, record: dict[str, object]) -> None:
-        line = orjson.dumps(record) + b"\n"
-        path = self._file(run_id)
-        with self._lock:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            while True:
-                fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                # A flush in another process may have renamed the file between open and lock:
-                # write only into the file that still carries the live name.
-                try:
-                    same = os.fstat(fd).st_ino == os.stat(path).st_ino
-                except FileNotFoundError:
-                    same = False
-                if same:
-                    break
-                os.close(fd)
-            try:
-                os.write(fd, line)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        jsonl.append_to(self._file(run_id), orjson.dumps(record) + b"\n", create=True,
+                        mode=0o600)
 
     def write_run(self, run: Run) -> None:
         self._append(run.run_id, {"t": "run", "run": run.model_dump(mode="json")})
@@ -123,80 +130,109 @@ class Spool:
         ids: set[UUID] = set()
         for path in self.directory.iterdir():
             stem = path.name.split(".", 1)[0]
-            if path.name.endswith((".jsonl", ".jsonl.loading")):
+            if path.name.endswith((".jsonl", LOADING)):
                 try:
                     ids.add(UUID(stem))
                 except ValueError:
                     continue
         return sorted(ids, key=str)
 
-    def _records(self, path: Path) -> Iterator[dict[str, object]]:
-        raw = path.read_bytes()
-        lines = raw.split(b"\n")
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                yield orjson.loads(line)
-            except orjson.JSONDecodeError:
-                if number >= len(lines) - 1:  # torn last line: the write never completed
-                    log.warning("spool %s: ignoring a torn last line", path)
-                    return
-                raise
-
     def load_into(self, backend: StoreBackend, run_id: UUID) -> int:
         """Load one run's spooled rows into `backend` (idempotently); returns steps loaded.
 
-        The file is renamed before loading, so a recorder still spooling into it starts a new
-        file instead of racing with the load; a crash mid-load leaves the renamed file for the
-        next flush, and loading twice is harmless.
+        The live file is renamed (to `.jsonl.loading`) before loading, so a recorder still
+        spooling starts a new file instead of racing with the load; what it spools meanwhile
+        is loaded next, in order. A crash mid-load leaves the renamed file for the next load,
+        and loading twice is harmless. Loaders in other threads and processes wait their turn.
         """
+        return self._load_run(backend, run_id) or 0
+
+    def _load_run(self, backend: StoreBackend, run_id: UUID) -> int | None:
+        """`load_into`, but None when nothing was spooled for the run (anymore)."""
+        if not self.directory.is_dir():
+            return None
         live = self._file(run_id)
-        loading = live.with_name(live.name + ".loading")
-        count = 0
-        if not loading.exists() and live.exists():
-            with self._lock:
-                fd = os.open(live, os.O_RDONLY)
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX)
-                    live.rename(loading)
-                finally:
-                    os.close(fd)
-        if loading.exists():
-            count = self._load_file(backend, run_id, loading)
-            loading.unlink()
+        loading = self.directory / f"{run_id}{LOADING}"
+        count: int | None = None
+        with self._loader_turn():
+            # Older rows first (a `.loading` file left by an interrupted load), then the live
+            # file. A recorder that never stops spooling is not chased forever: what it writes
+            # after the last pass stays for the next load.
+            for _ in range(MAX_PASSES):
+                if not loading.exists() and not _take(live, loading):
+                    break
+                count = (count or 0) + self._load_file(backend, run_id, loading)
+                loading.unlink(missing_ok=True)
         return count
+
+    @contextmanager
+    def _loader_turn(self) -> Iterator[None]:
+        # One loader at a time per spool directory, across threads (each opens its own
+        # descriptor, and flock excludes per open file) and processes. Without it a second
+        # loader could rename a newer live file over a `.loading` file the first one is still
+        # loading, or unlink it unloaded.
+        fd = os.open(self.directory / LOADER_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
 
     def _load_file(self, backend: StoreBackend, run_id: UUID, path: Path) -> int:
         count = 0
-        for record in self._records(path):
+        for _, record in jsonl.records(path.read_bytes(), path):
             kind = record.get("t")
             if kind == "run":
                 backend.create_run(Run.model_validate(record["run"]))
             elif kind == "rows":
-                steps = [_step_from_json(s) for s in record["steps"]]  # type: ignore[attr-defined]
+                steps = [_step_from_json(s) for s in record["steps"]]
                 vectors = [
                     EmbeddingRow(run_id, int(e["step"]), int(e["position"]), list(e["vector"]))
-                    for e in record["embeddings"]  # type: ignore[attr-defined]
+                    for e in record["embeddings"]
                 ]
                 backend.append(steps, vectors, idempotent=True)
                 count += len(steps)
             elif kind == "finish":
+                head = record["head_checksum"]
                 backend.finish_run(RunFinish(
                     run_id=run_id, status=RunStatus(str(record["status"])),
-                    step_count=int(str(record["step_count"])),
-                    head_checksum=record["head_checksum"]  # type: ignore[arg-type]
-                    if record["head_checksum"] is not None else None,
+                    step_count=int(record["step_count"]),
+                    head_checksum=str(head) if head is not None else None,
                     finished_at=datetime.fromisoformat(str(record["finished_at"])),
                 ))
         return count
 
     def flush(self, backend: StoreBackend) -> dict[UUID, int]:
-        """Load every spooled run into `backend`; files are removed once loaded."""
+        """Load every spooled run into `backend`; returns steps loaded per run.
+
+        Files are removed once loaded. A run that cannot be loaded stays spooled and does not
+        stop the others: once all were tried, `SpoolFlushError` lists the failures (and
+        `.loaded` holds what this call did load).
+        """
         loaded: dict[UUID, int] = {}
+        failed: dict[UUID, str] = {}
         for run_id in self.pending():
-            loaded[run_id] = self.load_into(backend, run_id)
+            try:
+                count = self._load_run(backend, run_id)
+            except Exception as exc:  # any one run's problem, reported together below
+                failed[run_id] = f"{type(exc).__name__}: {exc}"
+                continue
+            if count is not None:  # None: another loader took it meanwhile
+                loaded[run_id] = count
+        if failed:
+            raise SpoolFlushError(self.directory, loaded, failed)
         return loaded
 
     def discard(self, run_id: UUID) -> None:
         self._file(run_id).unlink(missing_ok=True)
+
+
+def _take(live: Path, loading: Path) -> bool:
+    """Rename the live spool file to `loading`; False if there is none."""
+    try:
+        # under the writers' lock, so no line is half written into the renamed file
+        with jsonl.locked(live, create=False, mode=0o600):
+            os.rename(live, loading)
+    except FileNotFoundError:
+        return False
+    return True

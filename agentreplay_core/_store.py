@@ -7,15 +7,27 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 from uuid import UUID, uuid4
 
-from agentreplay_core._codec import decode, encode
-from agentreplay_core._errors import IntegrityError, ReplayDivergence, RunNotFound, StoreError
-from agentreplay_core._integrity import VerifyReport, chain_name, hmac_key_from_env, verify_chain
+from agentreplay_core._codec import encode
+from agentreplay_core._errors import (
+    AgentReplayError,
+    IntegrityError,
+    RunNotFound,
+    StoreError,
+)
+from agentreplay_core._fork import fork_starter
+from agentreplay_core._integrity import (
+    Problem,
+    VerifyReport,
+    chain_name,
+    hmac_key_from_env,
+    verify_chain,
+)
 from agentreplay_core._metadata import collect_metadata
 from agentreplay_core._model import EmbeddingMatch, Run, RunStatus, Step
 from agentreplay_core._player import Player, check_match_mode
@@ -32,11 +44,13 @@ _UNSET: Any = object()
 
 
 def _pid_alive(pid: int) -> bool:
+    if not 0 < pid < 2**31:  # a tampered or foreign value: not a process of this host
+        return True
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
+    except OSError:  # EPERM: alive, owned by someone else
         return True
     return True
 
@@ -50,6 +64,12 @@ def as_run_id(run_id: UUID | str) -> UUID:
         raise RunNotFound(run_id, "run ids are UUIDs") from None
 
 
+def meta_entropy(run: Run) -> bool:
+    """Whether the run recorded entropy (read defensively: metadata is plain stored JSON)."""
+    own = run.metadata.get("agentreplay")
+    return isinstance(own, dict) and bool(own.get("entropy"))
+
+
 class Store:
     """A run store over one backend (PostgreSQL, JSONL files or memory). See `open_store`."""
 
@@ -60,8 +80,11 @@ class Store:
         hmac_key: bytes | str | None = _UNSET,
         spool_dir: str | Path | None = None,
         max_queue: int = 10_000,
+        accept_unkeyed_runs: bool = False,
     ) -> None:
         self.backend = backend
+        #: with an HMAC key, also trust runs chained without one (recorded before the key)
+        self.accept_unkeyed_runs = accept_unkeyed_runs
         if hmac_key is _UNSET:
             hmac_key = hmac_key_from_env()
         self.hmac_key = hmac_key.encode() if isinstance(hmac_key, str) else hmac_key
@@ -130,7 +153,11 @@ class Store:
         if tags:
             meta["tags"] = sorted({*meta.get("tags", ()), *tags})
         # `_entropy_in_log`: a forked run holds entropy steps copied from its parent
-        meta["agentreplay"] = {"durability": durability, "entropy": entropy or _entropy_in_log}
+        meta["agentreplay"] = {
+            "durability": durability, "entropy": entropy or _entropy_in_log,
+            # who is recording, where the stale-run reaper looks (user keys cannot shadow it)
+            "pid": os.getpid(), "host": socket.gethostname(),
+        }
         meta = encode(meta, path="metadata")  # user metadata may hold any encodable value
         run = Run(
             run_id=run_id or uuid4(), name=name, status=RunStatus.RECORDING,
@@ -177,10 +204,14 @@ class Store:
     def _reap(self, run: Run) -> Run:
         if run.status != RunStatus.RECORDING:
             return run
-        pid, host = run.metadata.get("pid"), run.metadata.get("host")
+        own = run.metadata.get("agentreplay")
+        pid = own.get("pid") if isinstance(own, dict) else None
+        host = own.get("host") if isinstance(own, dict) else None
         if host == socket.gethostname() and isinstance(pid, int) and not _pid_alive(pid):
-            self.backend.set_status(run.run_id, RunStatus.INCOMPLETE)
-            run.status = RunStatus.INCOMPLETE
+            if self.backend.mark_incomplete(run.run_id):
+                run.status = RunStatus.INCOMPLETE
+            else:  # sealed meanwhile (a spool flush): read what it is now
+                run = self.backend.get_run(run.run_id)
         return run
 
     def list_runs(self, *, name: str | None = None, status: RunStatus | str | None = None,
@@ -216,10 +247,19 @@ class Store:
     def verify(self, run_id: UUID | str) -> VerifyReport:
         """Check a run's hash chain; the report has one problem per bad step."""
         run = self.get_run(run_id)
-        return verify_chain(run, self.backend.load_steps(run.run_id), self.hmac_key)
+        return verify_chain(run, self.backend.load_steps(run.run_id), self.hmac_key,
+                            accept_unkeyed=self.accept_unkeyed_runs)
 
     def verify_all(self) -> list[VerifyReport]:
-        return [self.verify(r.run_id) for r in self.list_runs(limit=None)]
+        """Verify every run; a run that cannot even be read is reported, not raised."""
+        reports = []
+        for run in self.list_runs(limit=None):
+            try:
+                reports.append(self.verify(run.run_id))
+            except AgentReplayError as exc:
+                reports.append(VerifyReport(run.run_id, 0, [
+                    Problem(run.run_id, None, "unreadable", f"cannot read the run: {exc}")]))
+        return reports
 
     @contextlib.contextmanager
     def replay(
@@ -230,7 +270,7 @@ class Store:
         allow_unused: bool = False,
         verify: bool = True,
         on_divergence: OnDivergence = "raise",
-        network_guard: bool = True,
+        network_guard: bool | None = None,
         allow_hosts: Iterable[tuple[str, int]] = (),
         entropy: bool | None = None,
     ) -> Iterator[Player]:
@@ -238,7 +278,8 @@ class Store:
 
         Refuses a run that fails verification (`IntegrityError`) unless `verify=False`. Leaving
         the block with recorded steps never asked for raises `ReplayDivergence(missing_call)`
-        unless `allow_unused`. Entropy replay is switched on for runs that recorded it.
+        unless `allow_unused`. Entropy replay is switched on for runs that recorded it. The
+        network guard is on unless `on_divergence="live"`, whose live calls need the network.
         """
         self._check_open()
         if on_divergence not in ("raise", "live"):
@@ -246,17 +287,18 @@ class Store:
         run = self.get_run(run_id)
         steps = self.backend.load_steps(run.run_id)
         if verify:
-            report = verify_chain(run, steps, self.hmac_key)
+            report = verify_chain(run, steps, self.hmac_key,
+                                  accept_unkeyed=self.accept_unkeyed_runs)
             if not report.ok:
                 raise IntegrityError(
                     f"run {run.run_id} failed verification; refusing to replay it "
                     f"(pass verify=False to replay anyway):\n{report}", report=report)
         player = Player(run, steps, match=check_match_mode(match))
-        recorded_entropy = bool(run.metadata.get("agentreplay", {}).get("entropy"))
+        recorded_entropy = meta_entropy(run)
         with contextlib.ExitStack() as stack:
             if on_divergence == "live":
-                player.fork_starter = self._fork_starter(run, stack)
-            if network_guard:
+                player.fork_starter = fork_starter(self, run, stack)
+            if network_guard if network_guard is not None else on_divergence == "raise":
                 from agentreplay_core._netguard import network_guard as guard
 
                 endpoints: list[tuple[str, int]] = getattr(
@@ -269,27 +311,3 @@ class Store:
             yield player
         if player.fork is None and not allow_unused:
             player.check_all_consumed()
-
-    def _fork_starter(
-        self, run: Run, stack: contextlib.ExitStack
-    ) -> Callable[[ReplayDivergence, list[Step]], Recorder]:
-        """What starts the forked run at the first divergence; `stack` seals it at the end."""
-
-        def start(divergence: ReplayDivergence, served: list[Step]) -> Recorder:
-            fork_step = divergence.step or (len(served) + 1)
-            recorder = stack.enter_context(self.record(
-                name=run.name, metadata={"forked_from": str(run.run_id),
-                                         "divergence": divergence.classification},
-                parent_run_id=run.run_id, fork_step=fork_step,
-                _entropy_in_log=bool(run.metadata.get("agentreplay", {}).get("entropy")),
-            ))
-            for step in served:
-                recorder.record(step.kind, step.name, decode(step.input), decode(step.output),
-                                is_error=step.is_error, path=step.path,
-                                started_at=step.started_at, duration_ms=step.duration_ms)
-            log.warning("agentreplay: run %s diverged at step %s (%s); continuing live into "
-                        "forked run %s", run.run_id, fork_step, divergence.classification,
-                        recorder.run_id)
-            return recorder
-
-        return start

@@ -4,6 +4,7 @@ from a background thread (`batched`, the default)."""
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import queue
 import threading
@@ -75,9 +76,13 @@ class BatchedWriter:
     grow when it is heavy.
     """
 
-    def __init__(self, sink: Sink, *, max_queue: int = 10_000, max_batch: int = 1_000) -> None:
+    def __init__(self, sink: Sink, *, max_queue: int = 10_000, max_batch: int = 1_000,
+                 put_timeout: float = 10.0) -> None:
         self.sink = sink
         self.max_batch = max_batch
+        #: how long a recording thread waits for room in a full queue before its row is
+        #: spooled in its own thread instead (the database is stuck, not merely slow)
+        self.put_timeout = put_timeout
         self._queue: queue.Queue[_Item] = queue.Queue(maxsize=max_queue)
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="agentreplay-writer", daemon=True)
@@ -87,30 +92,47 @@ class BatchedWriter:
     # Once closed (store closed, or interpreter exit) nothing drains the queue any more: rows
     # that still arrive are written in the caller's thread instead of blocking it forever.
 
-    def submit_run(self, run: Run) -> None:
+    def _put(self, item: _Item) -> bool:
+        """Queue an item, waiting at most `put_timeout` for room; False if it did not fit."""
         if self._closed:
+            return False
+        try:
+            self._queue.put(item, timeout=self.put_timeout)
+            return True
+        except queue.Full:
+            log.error("agentreplay: the writer's queue stayed full for %ss; spooling in the "
+                      "recording thread", self.put_timeout)
+            return False
+
+    def submit_run(self, run: Run) -> None:
+        if not self._put(("run", run)):
             self.sink.write_run(run)
-        else:
-            self._queue.put(("run", run))
 
     def submit(self, step: PendingStep, embeddings: Sequence[EmbeddingRow]) -> None:
+        if self._put(("step", step, embeddings)):
+            return
         if self._closed:
             self.sink.write_rows([step], embeddings)
         else:
-            self._queue.put(("step", step, embeddings))
+            self.sink.spool_rows([step], embeddings)
 
     def submit_finish(self, finish: RunFinish) -> None:
+        if self._put(("finish", finish)):
+            return
         if self._closed:
             self.sink.write_finish(finish)
         else:
-            self._queue.put(("finish", finish))
+            self.sink.spool_finish(finish)
 
     def wait_durable(self, timeout: float | None = None) -> bool:
         """Block until everything submitted so far is written (or spooled)."""
         if self._closed or not self._thread.is_alive():
             return self._queue.empty()
         done = threading.Event()
-        self._queue.put(("barrier", done))
+        try:
+            self._queue.put(("barrier", done), timeout=timeout)
+        except queue.Full:
+            return False
         return done.wait(timeout)
 
     def close(self, timeout: float | None = None) -> None:
@@ -119,7 +141,8 @@ class BatchedWriter:
         self._closed = True
         if self._thread.is_alive():
             done = threading.Event()
-            self._queue.put(("stop", done))
+            with contextlib.suppress(queue.Full):  # then the wait below reports it
+                self._queue.put(("stop", done), timeout=timeout)
             if not done.wait(timeout):
                 log.error("agentreplay: writer did not drain within %ss; rows may be lost", timeout)
         self.sink.flush_spooled()

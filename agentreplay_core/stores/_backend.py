@@ -106,8 +106,12 @@ class StoreBackend(abc.ABC):
         """All steps of a run ordered by step number (input/output as encoded JSON trees)."""
 
     @abc.abstractmethod
-    def set_status(self, run_id: UUID, status: RunStatus) -> None:
-        """Change a run's status without sealing it (e.g. mark a dead run incomplete)."""
+    def mark_incomplete(self, run_id: UUID) -> bool:
+        """Mark a run whose recording process died `incomplete`, without sealing it.
+
+        Only a run still `recording` changes (a concurrent seal, e.g. from a spool flush, must
+        not be overwritten); returns whether it changed. Raises `RunNotFound`.
+        """
 
     @abc.abstractmethod
     def delete_run(self, run_id: UUID) -> None:
@@ -118,6 +122,11 @@ class StoreBackend(abc.ABC):
         from agentreplay_core._errors import StoreError
 
         raise StoreError(f"{self.description or type(self).__name__} has no vector search")
+
+    def is_permanent(self, error: BaseException) -> bool:
+        """True when `error` means the backend refuses this data (retrying or spooling it
+        would fail again), as opposed to being unreachable for now."""
+        return False
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections and files."""

@@ -4,18 +4,21 @@ A file holds, one JSON object per line::
 
     {"t": "run", "format": "agentreplay-jsonl", "format_version": 1, "run": {...}}
     {"t": "step", "run_id": ..., "step": 1, ..., "input": {...}, "output": {...}, ...}
+    {"t": "status", "status": "incomplete"}   (a run whose recording process died)
     {"t": "finish", "status": "complete", "step_count": N, "head_checksum": ..., ...}
 
-Lines are only ever appended, so a killed process leaves a readable file (a torn last line is
-ignored). `FileBackend(path)` is a directory of such files, or a single file when `path` ends
-in `.jsonl` (an exported run, replayable with no database).
+Lines are only ever appended (see `_jsonl`), so a killed process leaves a readable file: an
+unfinished last line is ignored, and cut off before the next append. `FileBackend(path)` is a
+directory of such files, or a single file when `path` ends in `.jsonl` (an exported run,
+replayable with no database).
 """
 
 from __future__ import annotations
 
+import logging
 import os
-import threading
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -24,11 +27,14 @@ from uuid import UUID
 import orjson
 from pydantic import BaseModel, ValidationError
 
-from agentreplay_core._codec import canonical_bytes, loads
+from agentreplay_core._codec import canonical_bytes
 from agentreplay_core._errors import RunNotFound, StoreError
 from agentreplay_core._model import FORMAT_VERSION, Run, RunStatus, Step
+from agentreplay_core.stores import _jsonl as jsonl
 from agentreplay_core.stores._backend import EmbeddingRow, PendingStep, RunFinish, StoreBackend
 from agentreplay_core.stores._memory import filter_runs
+
+log = logging.getLogger("agentreplay")
 
 FORMAT_NAME = "agentreplay-jsonl"
 M = TypeVar("M", bound=BaseModel)
@@ -59,27 +65,15 @@ def run_line(run: Run) -> bytes:
                          "run": run.model_dump(mode="json")}) + b"\n"
 
 
+def status_line(status: RunStatus) -> bytes:
+    return orjson.dumps({"t": "status", "status": status.value}) + b"\n"
+
+
 def finish_line(finish: RunFinish) -> bytes:
     return orjson.dumps({
         "t": "finish", "status": finish.status.value, "step_count": finish.step_count,
         "head_checksum": finish.head_checksum, "finished_at": finish.finished_at.isoformat(),
     }) + b"\n"
-
-
-def _parse_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    lines = path.read_bytes().split(b"\n")
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            record = loads(line)
-        except orjson.JSONDecodeError as exc:
-            if number == len(lines) and not line.endswith(b"}"):
-                return  # torn last line: the writer was killed mid-line
-            raise StoreError(f"{path}: line {number} is not valid JSON ({exc})") from None
-        if not isinstance(record, dict) or "t" not in record:
-            raise StoreError(f"{path}: line {number} is not an agentreplay record")
-        yield number, record
 
 
 def _validated(model: type[M], data: Any, path: Path, number: int) -> M:
@@ -92,12 +86,17 @@ def _validated(model: type[M], data: Any, path: Path, number: int) -> M:
                          f" ({exc.error_count()} problem(s))") from None
 
 
-def read_run_file(path: Path) -> tuple[Run, list[Step]]:
-    """Parse one run file, with clear errors for malformed or newer-format files."""
+def parse_run(data: bytes, path: Path, *, with_steps: bool = True) -> tuple[Run, list[Step]]:
+    """Parse the content of one run file, with clear errors for malformed or newer files.
+
+    `with_steps=False` reads the run row only (step lines are not validated then).
+    """
     run: Run | None = None
     steps: list[Step] = []
     try:
-        for number, record in _parse_lines(path):
+        for number, record in jsonl.records(data, path):
+            if not isinstance(record, dict) or "t" not in record:
+                raise StoreError(f"{path}: line {number} is not an agentreplay record")
             kind = record["t"]
             if kind == "run":
                 version = record.get("format_version")
@@ -111,13 +110,18 @@ def read_run_file(path: Path) -> tuple[Run, list[Step]]:
                 raise StoreError(f"{path}: no run header line before line {number}; "
                                  "is this an agentreplay export?")
             elif kind == "step":
-                record.pop("t")
-                steps.append(_validated(Step, record, path, number))
+                if with_steps:
+                    record.pop("t")
+                    steps.append(_validated(Step, record, path, number))
             elif kind == "finish":
                 run.status = RunStatus(record["status"])
                 run.step_count = int(record["step_count"])
                 run.head_checksum = record["head_checksum"]
                 run.finished_at = datetime.fromisoformat(record["finished_at"])
+            elif kind == "status":
+                # only a run still recording changes (a seal already read wins), as when written
+                if run.status == RunStatus.RECORDING:
+                    run.status = RunStatus(record["status"])
             else:
                 raise StoreError(f"{path}: line {number}: unexpected record {kind!r}")
     except StoreError:
@@ -130,73 +134,100 @@ def read_run_file(path: Path) -> tuple[Run, list[Step]]:
     return run, steps
 
 
+def read_run_file(path: Path) -> tuple[Run, list[Step]]:
+    """Parse one run file (see `parse_run`)."""
+    return parse_run(path.read_bytes(), path)
+
+
+def _step_numbers(data: bytes, path: Path) -> set[int]:
+    return {int(r["step"]) for _, r in jsonl.records(data, path)
+            if isinstance(r, dict) and r.get("t") == "step"}
+
+
 class FileBackend(StoreBackend):
-    """Runs as JSONL files in a directory, or one run in a single `.jsonl` file."""
+    """Runs as JSONL files in a directory, or one run in a single `.jsonl` file.
+
+    Every write appends under an exclusive `flock` of the run file, so several processes may
+    share a directory (a recorder, a spool flush, a reader marking dead runs).
+    """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.single = self.path.suffix == ".jsonl"
         self.description = f"file:{self.path}"
-        self._lock = threading.Lock()
         if not self.single:
             self.path.mkdir(parents=True, exist_ok=True)
 
     def _file(self, run_id: UUID) -> Path:
         return self.path if self.single else self.path / f"{run_id}.jsonl"
 
-    def _append_bytes(self, path: Path, data: bytes) -> None:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    @contextmanager
+    def _locked(self, run_id: UUID) -> Iterator[int]:
+        """The run's file, locked; `RunNotFound` if there is none."""
         try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+            with jsonl.locked(self._file(run_id), create=False) as fd:
+                yield fd
+        except FileNotFoundError:
+            raise RunNotFound(run_id) from None
 
     def create_run(self, run: Run) -> None:
-        with self._lock:
-            path = self._file(run.run_id)
-            if path.exists() and path.stat().st_size:
-                if self.single and read_run_file(path)[0].run_id != run.run_id:
+        path = self._file(run.run_id)
+        with jsonl.locked(path, create=True) as fd:
+            jsonl.repair_tail(fd, path)  # a header torn at birth leaves an empty file
+            if os.fstat(fd).st_size:
+                if self.single and run.run_id != parse_run(
+                        jsonl.read_all(fd), path, with_steps=False)[0].run_id:
                     raise StoreError(f"{path} already holds another run; use a directory")
                 return
-            self._append_bytes(path, run_line(run))
+            jsonl.append(fd, run_line(run), path)
 
     def append(self, steps: Sequence[PendingStep], embeddings: Sequence[EmbeddingRow] = (),
                *, idempotent: bool = False) -> None:
         by_run: dict[UUID, list[PendingStep]] = {}
         for row in steps:
             by_run.setdefault(row.run_id, []).append(row)
-        with self._lock:
-            for run_id, rows in by_run.items():
-                path = self._file(run_id)
-                if not path.exists():
-                    raise RunNotFound(run_id)
+        for run_id, rows in by_run.items():
+            path = self._file(run_id)
+            with self._locked(run_id) as fd:
                 if idempotent:
-                    have = {s.step for s in read_run_file(path)[1]}
+                    have = _step_numbers(jsonl.read_all(fd), path)
                     rows = [r for r in rows if r.step not in have]
-                self._append_bytes(path, b"".join(step_line(r) for r in rows))
+                if rows:
+                    jsonl.append(fd, b"".join(step_line(r) for r in rows), path)
 
     def finish_run(self, finish: RunFinish) -> None:
-        with self._lock:
-            path = self._file(finish.run_id)
-            if not path.exists():
-                raise RunNotFound(finish.run_id)
-            self._append_bytes(path, finish_line(finish))
+        with self._locked(finish.run_id) as fd:
+            jsonl.append(fd, finish_line(finish), self._file(finish.run_id))
 
-    def _read(self, run_id: UUID) -> tuple[Run, list[Step]]:
+    def mark_incomplete(self, run_id: UUID) -> bool:
         path = self._file(run_id)
-        if not path.exists():
-            raise RunNotFound(run_id)
-        run, steps = read_run_file(path)
+        with self._locked(run_id) as fd:
+            # read under the lock: a seal appended meanwhile (e.g. by a spool flush) wins
+            run = self._own(parse_run(jsonl.read_all(fd), path, with_steps=False)[0], run_id)
+            if run.status != RunStatus.RECORDING:
+                return False
+            jsonl.append(fd, status_line(RunStatus.INCOMPLETE), path)
+            return True
+
+    def _own(self, run: Run, run_id: UUID) -> Run:
         if run.run_id != run_id:
-            raise RunNotFound(run_id, f"{path} holds run {run.run_id}")
-        return run, steps
+            raise RunNotFound(run_id, f"{self._file(run_id)} holds run {run.run_id}")
+        return run
+
+    def _read(self, run_id: UUID, *, with_steps: bool) -> tuple[Run, list[Step]]:
+        path = self._file(run_id)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise RunNotFound(run_id) from None
+        run, steps = parse_run(data, path, with_steps=with_steps)
+        return self._own(run, run_id), steps
 
     def get_run(self, run_id: UUID) -> Run:
-        return self._read(run_id)[0]
+        return self._read(run_id, with_steps=False)[0]
 
     def load_steps(self, run_id: UUID) -> list[Step]:
-        return self._read(run_id)[1]
+        return self._read(run_id, with_steps=True)[1]
 
     def _all_files(self) -> list[Path]:
         if self.single:
@@ -205,19 +236,22 @@ class FileBackend(StoreBackend):
 
     def list_runs(self, *, name: str | None = None, status: RunStatus | None = None,
                   since: datetime | None = None, limit: int | None = None) -> list[Run]:
-        runs = [read_run_file(p)[0] for p in self._all_files()]
+        runs: list[Run] = []
+        for path in self._all_files():
+            try:
+                runs.append(parse_run(path.read_bytes(), path, with_steps=False)[0])
+            except FileNotFoundError:
+                continue  # deleted since the directory was listed
+            except (StoreError, OSError) as exc:
+                if self.single:  # the file is the whole store: its problem is the answer
+                    raise
+                # one damaged file must not hide every other run; get_run on it still raises
+                log.warning("file store %s: list_runs skips %s: %s", self.path, path.name,
+                            str(exc).removeprefix(f"{path}: "))
         return filter_runs(runs, name, status, since, limit)
 
-    def set_status(self, run_id: UUID, status: RunStatus) -> None:
-        run = self.get_run(run_id)
-        with self._lock:
-            self._append_bytes(self._file(run_id), finish_line(RunFinish(
-                run_id, status, run.step_count, run.head_checksum,
-                run.finished_at or run.started_at)))
-
     def delete_run(self, run_id: UUID) -> None:
-        with self._lock:
-            self._file(run_id).unlink(missing_ok=True)
+        self._file(run_id).unlink(missing_ok=True)
 
     def run_ids_like(self, prefix: str, limit: int = 5) -> list[UUID]:
         return [r.run_id for r in self.list_runs() if str(r.run_id).startswith(prefix)][:limit]

@@ -91,9 +91,13 @@ class MemoryBackend(StoreBackend):
             rows = sorted(self._steps.get(run_id, {}).values(), key=lambda r: r.step)
         return [step_from_pending(r) for r in rows]
 
-    def set_status(self, run_id: UUID, status: RunStatus) -> None:
+    def mark_incomplete(self, run_id: UUID) -> bool:
         with self._lock:
-            self._get(run_id).status = status
+            run = self._get(run_id)
+            if run.status != RunStatus.RECORDING:
+                return False
+            run.status = RunStatus.INCOMPLETE
+            return True
 
     def delete_run(self, run_id: UUID) -> None:
         with self._lock:

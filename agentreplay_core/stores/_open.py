@@ -23,11 +23,12 @@ def open_store(url: str | os.PathLike[str] | None = None, **options: Any) -> Sto
     - nothing: `AGENTREPLAY_DSN` if set, else the embedded PostgreSQL from `pgserver`
       (`agentreplay[embedded]`), started in a per-user data directory.
 
-    Other keyword options go to `Store` (`hmac_key`, `spool_dir`, `max_queue`) or, for
+    Other keyword options go to `Store` (`hmac_key`, `spool_dir`, `max_queue`,
+    `accept_unkeyed_runs`) or, for
     PostgreSQL, to the backend (`schema`, `max_size`, `migrate`).
     """
-    store_options = {k: options.pop(k) for k in ("hmac_key", "spool_dir", "max_queue")
-                     if k in options}
+    store_options = {k: options.pop(k) for k in ("hmac_key", "spool_dir", "max_queue",
+                                                  "accept_unkeyed_runs") if k in options}
     if url is None:
         url = os.environ.get(DSN_ENV) or None
     if url is None:

@@ -1,5 +1,6 @@
 """Connecting to PostgreSQL: errors that name the server (never its password) and say what to
-check, DSN parsing for the replay network guard, and per-connection settings."""
+check, DSN parsing for the replay network guard, and per-connection settings (time zone,
+timeouts, TCP keepalives)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import math
 import os
 import re
 import socket
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -14,12 +16,16 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from agentreplay_core._errors import StoreError
+from agentreplay_core.stores import _sql
 
 __all__ = [
     "Conn",
+    "DatabaseTimeout",
     "DatabaseUnavailable",
+    "SessionLimits",
     "configure",
     "connect",
+    "connection_options",
     "describe_target",
     "dsn_endpoints",
     "explain_failure",
@@ -31,6 +37,21 @@ Conn = psycopg.Connection[Any]
 
 class DatabaseUnavailable(StoreError, ConnectionError):
     """PostgreSQL cannot be reached (down, restarting, wrong address); retrying may help."""
+
+
+class DatabaseTimeout(StoreError, TimeoutError):
+    """The server cancelled a statement: it waited too long for a lock or ran too long."""
+
+
+#: libpq TCP keepalives: a connection to a server that vanished without closing it (a
+#: black-holed network, a powered-off host) fails after about 25 s instead of hanging for the
+#: kernel's two hours. libpq ignores them on Unix sockets.
+KEEPALIVES: dict[str, int] = {
+    "keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3,
+}  # fmt: skip
+#: the same bound while sent data stays unacknowledged, when keepalive probes do not run
+#: (milliseconds; libpq 12 and later)
+TCP_USER_TIMEOUT_MS = 25_000
 
 
 _KV_PASSWORD_RE = re.compile(r"\bpassword\s*=\s*('(?:[^'\\]|\\.)*'|\S+)\s*", re.IGNORECASE)
@@ -99,10 +120,25 @@ def describe_target(dsn: str) -> str:
     )
 
 
+def connection_options(dsn: str, timeout: float) -> dict[str, Any]:
+    """Keyword arguments of every store connection: connect timeout and TCP keepalives.
+
+    Keepalive settings the DSN spells out itself win (keyword arguments would override them).
+    """
+    try:
+        given = set(conninfo_to_dict(dsn))
+    except psycopg.Error:
+        given = set()  # connecting reports the bad DSN
+    options: dict[str, Any] = {"connect_timeout": max(2, math.ceil(timeout)), **KEEPALIVES}
+    if psycopg.pq.version() >= 120000:
+        options["tcp_user_timeout"] = TCP_USER_TIMEOUT_MS
+    return {k: v for k, v in options.items() if k == "connect_timeout" or k not in given}
+
+
 def connect(dsn: str, *, timeout: float = 10) -> Conn:
     """An autocommit connection, or a `StoreError` that says where and what to check."""
     try:
-        return psycopg.connect(dsn, autocommit=True, connect_timeout=max(2, math.ceil(timeout)))
+        return psycopg.connect(dsn, autocommit=True, **connection_options(dsn, timeout))
     except psycopg.OperationalError as exc:
         raise DatabaseUnavailable(
             f"cannot connect to PostgreSQL ({describe_target(dsn)}): "
@@ -147,7 +183,56 @@ def dsn_endpoints(dsn: str) -> list[tuple[str, int]]:
     return found
 
 
-def configure(conn: Conn) -> None:
-    """Settings every store connection gets."""
-    # Timestamps come back in UTC whatever the server's default zone.
-    conn.execute("SET TIME ZONE 'UTC'")
+def configure(conn: Conn, *, statement_timeout: float = 0, lock_timeout: float = 0) -> None:
+    """Session settings every store connection gets, in one round trip.
+
+    Timestamps come back in UTC whatever the server's default zone. The timeouts (seconds, 0 =
+    none) bound how long a statement may run and wait for a lock; the server then cancels it.
+    """
+    settings = {
+        "TimeZone": "UTC",
+        "statement_timeout": str(milliseconds(statement_timeout)),
+        "lock_timeout": str(milliseconds(lock_timeout)),
+    }
+    conn.execute(_sql.set_config(len(settings)), [v for kv in settings.items() for v in kv])
+
+
+def milliseconds(seconds: float) -> int:
+    """A timeout in whole milliseconds for PostgreSQL; a positive one never rounds to 0 (off)."""
+    return math.ceil(seconds * 1000) if seconds > 0 else 0
+
+
+@dataclass(frozen=True)
+class SessionLimits:
+    """The statement and lock timeouts of a store's sessions, in seconds (0 = no limit)."""
+
+    statement_timeout: float
+    lock_timeout: float
+
+    def __post_init__(self) -> None:
+        for label, value in (("write_statement_timeout", self.statement_timeout),
+                             ("lock_timeout", self.lock_timeout)):
+            if not (isinstance(value, (int, float)) and 0 <= value < math.inf):
+                raise ValueError(f"{label} must be a number of seconds >= 0 (0 = no limit), "
+                                 f"got {value!r}")
+
+    def configure(self, conn: Conn) -> None:
+        """`configure` with these limits: the pool's hook for each new connection."""
+        configure(conn, statement_timeout=self.statement_timeout, lock_timeout=self.lock_timeout)
+
+    def error(self, exc: psycopg.Error, failed: str) -> DatabaseTimeout:
+        """What to raise for a statement the server cancelled; `failed` says what failed."""
+        if isinstance(exc, psycopg.errors.LockNotAvailable):
+            return DatabaseTimeout(
+                f"{failed}: gave up after waiting lock_timeout={self.lock_timeout:g}s for a "
+                "lock that another session holds (a migration, VACUUM FULL or LOCK TABLE?), "
+                "and the server cancelled the statement. Find the holder in pg_locks and "
+                "pg_stat_activity, or open the store with a longer lock_timeout="
+            )
+        reason = " ".join(str(exc).split())
+        if "statement timeout" in reason:
+            reason = (f"it ran longer than write_statement_timeout={self.statement_timeout:g}s "
+                      "and the server cancelled it (server overloaded, disk stalled?); open the "
+                      "store with a longer write_statement_timeout= if such writes are "
+                      "legitimately slower")
+        return DatabaseTimeout(f"{failed}: {reason}")

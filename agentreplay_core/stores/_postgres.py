@@ -2,7 +2,10 @@
 
 Steps arrive in batches and go in with COPY, one transaction per batch. Connection trouble
 surfaces as `DatabaseUnavailable` (a `StoreError`) naming the server, never as a raw driver or
-pool traceback. Usage::
+pool traceback. Every pooled session runs with a statement and a lock timeout, so a write
+stuck behind a table lock or a stalled server fails (`DatabaseTimeout`) and the recorder can
+retry and spool; reads that may legitimately run long lift the statement timeout for their
+own transaction. Usage::
 
     backend = PostgresBackend("postgresql://me@db.example/agents", schema="agentreplay")
     runs = backend.list_runs(limit=10)
@@ -11,13 +14,12 @@ pool traceback. Usage::
 
 from __future__ import annotations
 
-import math
 import re
 import threading
 import time
 import weakref
 from collections.abc import Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from datetime import datetime
 from types import TracebackType
 from typing import Any
@@ -34,15 +36,18 @@ from agentreplay_core.stores._backend import EmbeddingRow, PendingStep, RunFinis
 from agentreplay_core.stores._migrate import apply_migrations, extension_schema, read_status
 from agentreplay_core.stores._pgconn import (
     Conn,
+    DatabaseTimeout,
     DatabaseUnavailable,
-    configure,
+    SessionLimits,
     connect,
+    connection_options,
     dsn_endpoints,
     explain_failure,
     redact_dsn,
 )
 from agentreplay_core.stores._pgrows import (
     MAX_VECTOR_DIMS,
+    fetch_rows,
     gc_paused,
     run_from_row,
     step_from_row,
@@ -50,7 +55,7 @@ from agentreplay_core.stores._pgrows import (
     vector_text,
 )
 
-__all__ = ["DatabaseUnavailable", "PostgresBackend", "vector_text"]
+__all__ = ["DatabaseTimeout", "DatabaseUnavailable", "PostgresBackend", "vector_text"]
 
 _HEX_RE = re.compile(r"^[0-9a-f]{0,32}$")
 
@@ -70,6 +75,13 @@ class PostgresBackend(StoreBackend):
         min_size, max_size: connection pool bounds.
         migrate: apply pending migrations at open (else fail if the schema is behind).
         connect_timeout: seconds to wait for a connection before raising `DatabaseUnavailable`.
+        write_statement_timeout: seconds a statement may run before the server cancels it
+            (`DatabaseTimeout`); 0 = no limit. Bounds the recorder's writes; long reads
+            (`load_steps`, `list_runs`, `search_embeddings`, `delete_run`) are exempt.
+        lock_timeout: seconds a statement may wait for a lock (another session's `LOCK
+            TABLE`, a migration, `VACUUM FULL`) before failing with `DatabaseTimeout`; 0 = no
+            limit. Applies to reads too, which then fail instead of hanging. Both are also
+            `self.limits`.
     """
 
     def __init__(
@@ -81,8 +93,11 @@ class PostgresBackend(StoreBackend):
         max_size: int = 8,
         migrate: bool = True,
         connect_timeout: float = 10,
+        write_statement_timeout: float = 10.0,
+        lock_timeout: float = 5.0,
     ) -> None:
         self.schema = _sql.check_schema_name(schema)
+        self.limits = SessionLimits(write_statement_timeout, lock_timeout)
         self.description = redact_dsn(dsn) or "PostgreSQL (libpq defaults)"
         self._dsn = dsn
         self._timeout = float(connect_timeout)
@@ -107,8 +122,9 @@ class PostgresBackend(StoreBackend):
             dsn,
             min_size=min_size,
             max_size=max_size,
-            kwargs={"autocommit": True, "connect_timeout": max(2, math.ceil(self._timeout))},
-            configure=configure,
+            kwargs={"autocommit": True, **connection_options(dsn, self._timeout)},
+            # Session settings, not per statement: a `sync` write stays one round trip.
+            configure=self.limits.configure,
             check=self._check_if_idle,  # survive a server restart
             timeout=self._timeout,
             # Give up background reconnection quickly: the next call then connects on demand
@@ -190,10 +206,12 @@ class PostgresBackend(StoreBackend):
                     f"{wait:g}s. {exc}"
                 ) from None  # the pool's own timeout says nothing more
             with direct:
-                configure(direct)
+                self.limits.configure(direct)
                 yield direct
         except PoolClosed as exc:
             raise StoreError(f"cannot {action}: the store {self.description} is closed") from exc
+        except (psycopg.errors.LockNotAvailable, psycopg.errors.QueryCanceled) as exc:
+            raise self.limits.error(exc, f"cannot {action} on {self.description}") from exc
         except psycopg.OperationalError as exc:
             raise DatabaseUnavailable(
                 f"cannot {action} on {self.description}: {explain_failure(exc, self._dsn)}"
@@ -207,6 +225,35 @@ class PostgresBackend(StoreBackend):
             raise StoreError(
                 f"cannot {action} on {self.description}: {explain_failure(exc, self._dsn)}"
             ) from exc
+
+    @contextmanager
+    def _unlimited(self, action: str) -> Iterator[Conn]:
+        """A connection in a transaction without statement timeout, for reads (and deletes)
+        that may legitimately outlast the write timeout: a huge run, every run, a vector
+        scan. The lock timeout stays: a read stuck behind a table lock fails and says so."""
+        with self._connection(action) as conn:
+            # BEGIN and SET LOCAL in one round trip; the setting ends with the transaction.
+            conn.execute(_sql.begin_without_statement_timeout())
+            try:
+                yield conn
+            except BaseException:
+                with suppress(psycopg.Error):  # a broken connection is dropped by the pool
+                    conn.rollback()
+                raise
+            conn.commit()
+
+    def is_permanent(self, error: BaseException) -> bool:
+        """The server refused the data itself (SQLSTATE class 22, or 23 but for a duplicate
+        key, which an idempotent retry resolves): retrying or spooling would fail again."""
+        cause: BaseException | None = error
+        while cause is not None:
+            if isinstance(cause, (DatabaseTimeout, DatabaseUnavailable)):
+                return False
+            if isinstance(cause, psycopg.Error) and cause.sqlstate:
+                return cause.sqlstate[:2] == "22" or (
+                    cause.sqlstate[:2] == "23" and cause.sqlstate != "23505")
+            cause = cause.__cause__
+        return False
 
     def close(self) -> None:
         """Close the pool; later calls raise `StoreError`."""
@@ -248,18 +295,22 @@ class PostgresBackend(StoreBackend):
             if conn.execute(_sql.finish_run(self.schema), params).rowcount == 0:
                 raise RunNotFound(finish.run_id)
 
-    def set_status(self, run_id: UUID, status: RunStatus) -> None:
-        with self._connection(f"set the status of run {run_id}") as conn:
-            cur = conn.execute(_sql.set_status(self.schema), (RunStatus(status).value, run_id))
-            if cur.rowcount == 0:
+    def mark_incomplete(self, run_id: UUID) -> bool:
+        with self._connection(f"mark run {run_id} incomplete") as conn:
+            params = (RunStatus.INCOMPLETE.value, run_id, RunStatus.RECORDING.value)
+            if conn.execute(_sql.change_status(self.schema), params).rowcount:
+                return True
+            # Rare (a dead recorder found by a reader): a second look says which case it is.
+            if conn.execute(_sql.select_run(self.schema), (run_id,)).fetchone() is None:
                 raise RunNotFound(run_id)
+            return False
 
     def get_run(self, run_id: UUID) -> Run:
         with self._connection(f"read run {run_id}") as conn:
-            row = conn.execute(_sql.select_run(self.schema), (run_id,)).fetchone()
-        if row is None:
+            rows = fetch_rows(conn.execute(_sql.select_run(self.schema), (run_id,)), "runs")
+        if not rows:
             raise RunNotFound(run_id)
-        return run_from_row(row)
+        return run_from_row(rows[0])
 
     def list_runs(
         self,
@@ -276,8 +327,8 @@ class PostgresBackend(StoreBackend):
             since=since,
             limit=limit,
         )
-        with self._connection("list runs") as conn:
-            rows = conn.execute(query, params).fetchall()
+        with self._unlimited("list runs") as conn:
+            rows = fetch_rows(conn.execute(query, params), "runs")
         return [run_from_row(row) for row in rows]
 
     def run_ids_like(self, prefix: str, limit: int = 5) -> list[UUID]:
@@ -292,7 +343,8 @@ class PostgresBackend(StoreBackend):
 
     def delete_run(self, run_id: UUID) -> None:
         """Delete a run's vectors, steps and row in one transaction (no-op if it is absent)."""
-        with self._connection(f"delete run {run_id}") as conn, conn.transaction():
+        # Without a statement timeout: a huge run takes a while.
+        with self._unlimited(f"delete run {run_id}") as conn:
             # Checked each time: another process may have added the table since this opened.
             found = conn.execute(_sql.table_exists(), (self.schema, "embeddings")).fetchone()
             if found and found[0]:
@@ -365,14 +417,17 @@ class PostgresBackend(StoreBackend):
             cur.execute(_sql.merge_staged_vectors(self.schema))
 
     def load_steps(self, run_id: UUID) -> list[Step]:
-        with self._connection(f"load the steps of run {run_id}") as conn, gc_paused():
-            rows = conn.execute(_sql.load_steps(self.schema), (run_id,)).fetchall()
-            # No rows: an empty run, or no such run at all.
-            exists = rows or conn.execute(_sql.select_run(self.schema), (run_id,)).fetchone()
-            steps = [step_from_row(row) for row in rows]
-        if not exists:
-            raise RunNotFound(run_id)
-        return steps
+        """All steps as stored, unvalidated: verification reports tampered values. A row that
+        cannot be decoded at all raises `StoreError` naming its run and step."""
+        with gc_paused():
+            with self._unlimited(f"load the steps of run {run_id}") as conn:
+                rows = fetch_rows(conn.execute(_sql.load_steps(self.schema), (run_id,)),
+                                  "run_log")
+                # No rows: an empty run, or no such run at all.
+                exists = rows or conn.execute(_sql.select_run(self.schema), (run_id,)).fetchone()
+            if not exists:
+                raise RunNotFound(run_id)
+            return [step_from_row(row) for row in rows]
 
     def search_embeddings(self, vector: Sequence[float], limit: int = 10) -> list[EmbeddingMatch]:
         if self._vector_schema is None:
@@ -389,7 +444,7 @@ class PostgresBackend(StoreBackend):
                 f"float32-range values (got {len(vector)} values)"
             )
         query = _sql.search_embeddings(self.schema, self._vector_schema)
-        with self._connection("search embeddings") as conn:
+        with self._unlimited("search embeddings") as conn:
             rows = conn.execute(query, (text, len(vector), max(0, limit))).fetchall()
         return [
             EmbeddingMatch(run_id=r[0], step=r[1], position=r[2], distance=r[3], name=r[4])

@@ -18,6 +18,8 @@ __all__ = [
     "STEP_COLUMNS",
     "advisory_xact_lock",
     "applied_migrations",
+    "begin_without_statement_timeout",
+    "change_status",
     "check_schema_name",
     "copy_steps",
     "copy_vectors",
@@ -39,7 +41,7 @@ __all__ = [
     "run_ids_between",
     "search_embeddings",
     "select_run",
-    "set_status",
+    "set_config",
     "table_exists",
     "vector_type",
 ]
@@ -88,6 +90,21 @@ def _select_list(columns: tuple[str, ...]) -> sql.Composed:
         for c in columns
     ]
     return sql.SQL(", ").join(items)
+
+
+# -- sessions -----------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=8)
+def set_config(count: int) -> sql.Composed:
+    """Parameters: name, value, ... for `count` session settings."""
+    one = sql.SQL("set_config(%s, %s, false)")
+    return sql.SQL("SELECT {}").format(sql.SQL(", ").join([one] * count))
+
+
+def begin_without_statement_timeout() -> sql.SQL:
+    """Two statements without parameters: psycopg sends them in one simple-protocol message."""
+    return sql.SQL("BEGIN; SET LOCAL statement_timeout = 0")
 
 
 # -- migrations ---------------------------------------------------------------------------
@@ -177,10 +194,12 @@ def finish_run(schema: str) -> sql.Composed:
     ).format(_table(schema, "runs"))
 
 
-@functools.lru_cache(maxsize=128)  # built on every write: compose once
-def set_status(schema: str) -> sql.Composed:
-    """Parameters: status, run_id."""
-    return sql.SQL("UPDATE {} SET status = %s WHERE run_id = %s").format(_table(schema, "runs"))
+def change_status(schema: str) -> sql.Composed:
+    """Parameters: new status, run_id, expected status. Changes the row only if it still has
+    the expected status, so a concurrent seal is never overwritten."""
+    return sql.SQL("UPDATE {} SET status = %s WHERE run_id = %s AND status = %s").format(
+        _table(schema, "runs")
+    )
 
 
 @functools.lru_cache(maxsize=128)  # built on every write: compose once

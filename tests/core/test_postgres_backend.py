@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -10,8 +13,9 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
-from agentreplay_core import _codec
+from agentreplay_core import _codec, open_store
 from agentreplay_core._errors import RunNotFound, StoreError
 from agentreplay_core._model import Run, RunStatus
 from agentreplay_core.stores._backend import EmbeddingRow, PendingStep, RunFinish
@@ -143,18 +147,56 @@ def test_finish_and_status_changes(backend: PostgresBackend) -> None:
     )  # fmt: skip
     assert (run.parent_run_id, run.fork_step, run.chain) == (uuid.UUID(int=7), 3, "sha256")
 
-    backend.set_status(run_id, RunStatus.INCOMPLETE)
-    assert backend.get_run(run_id).status is RunStatus.INCOMPLETE
+    assert backend.mark_incomplete(run_id) is False  # sealed: stays sealed
+    assert backend.get_run(run_id).status is RunStatus.COMPLETE
 
     missing = uuid.uuid4()
     for call in (
         lambda: backend.get_run(missing),
-        lambda: backend.set_status(missing, RunStatus.FAILED),
+        lambda: backend.mark_incomplete(missing),
         lambda: backend.finish_run(RunFinish(missing, RunStatus.FAILED, 0, None, finished)),
         lambda: backend.load_steps(missing),
     ):
         with pytest.raises(RunNotFound, match=str(missing)):
             call()
+
+
+def test_mark_incomplete_changes_only_a_recording_run(backend: PostgresBackend) -> None:
+    recording = new_run(backend)
+    sealed = {status: new_run(backend, status=status)
+              for status in (RunStatus.COMPLETE, RunStatus.FAILED)}  # fmt: skip
+
+    assert backend.mark_incomplete(recording) is True
+    assert backend.get_run(recording).status is RunStatus.INCOMPLETE
+    assert backend.mark_incomplete(recording) is False  # already incomplete
+    for status, run_id in sealed.items():
+        assert backend.mark_incomplete(run_id) is False
+        assert backend.get_run(run_id).status is status
+
+
+def test_mark_incomplete_never_overwrites_a_concurrent_seal(
+    backend: PostgresBackend, pg_dsn: str, pg_schema: str
+) -> None:
+    run_id = new_run(backend)
+    outcome: list[object] = []
+    with psycopg.connect(pg_dsn) as sealer, psycopg.connect(pg_dsn, autocommit=True) as spy:
+        # A spool flush sealing the run, not yet committed: its row lock is held.
+        sealer.execute(sql.SQL("UPDATE {}.runs SET status = 'complete' WHERE run_id = %s")
+                       .format(sql.Identifier(pg_schema)), (run_id,))
+        marker = threading.Thread(target=lambda: outcome.append(backend.mark_incomplete(run_id)))
+        marker.start()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # until the backend's UPDATE waits for the row
+            row = spy.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = "
+                              "'Lock' AND query LIKE 'UPDATE%%runs%%'").fetchone()
+            if row and row[0]:
+                break
+            time.sleep(0.02)
+        sealer.commit()
+        marker.join(10)
+
+    assert outcome == [False]
+    assert backend.get_run(run_id).status is RunStatus.COMPLETE
 
 
 def test_list_runs_newest_first_with_filters(backend: PostgresBackend) -> None:
@@ -307,3 +349,96 @@ def test_server_endpoints() -> None:
 
 def test_server_endpoints_of_a_socket_store(backend: PostgresBackend) -> None:
     assert backend.server_endpoints() == []
+
+
+# -- rows changed behind agentreplay's back ----------------------------------------------------
+
+
+def _tamper(dsn: str, schema: str, statement: str, *params: object) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL(statement).format(s=sql.Identifier(schema)), params)
+
+
+def test_a_tampered_step_loads_as_stored_and_fails_verification(
+    pg_dsn: str, pg_schema: str
+) -> None:
+    with open_store(pg_dsn, schema=pg_schema) as store:
+        with store.record(name="victim") as rec:
+            for i in range(3):
+                rec.record("tool", "lookup", {"i": i}, i)
+        _tamper(pg_dsn, pg_schema, "UPDATE {s}.run_log SET kind = 'LLM' WHERE run_id = %s "
+                "AND step = 2", rec.run_id)
+
+        assert [s.kind for s in store.backend.load_steps(rec.run_id)] == ["tool", "LLM", "tool"]
+        report = store.verify(rec.run_id)
+        assert [(p.step, p.code) for p in report.problems] == [(2, "checksum_mismatch")]
+
+    cli = subprocess.run(
+        [sys.executable, "-m", "agentreplay_core", "verify", "--all", "--dsn", pg_dsn,
+         "--schema", pg_schema], capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert cli.returncode == 1, cli.stderr
+    assert f"run {rec.run_id} step 2" in cli.stdout and "checksum_mismatch" in cli.stdout
+    assert "Traceback" not in cli.stderr
+
+
+UNDECODABLE_STEPS = {
+    # JSON PostgreSQL accepts but no float (or nesting limit) can hold
+    "output": "UPDATE {s}.run_log SET output = '{{\"n\": 1e400}}' WHERE run_id = %s AND step = 2",
+    "input": "UPDATE {s}.run_log SET input = (repeat('[', 1100) || repeat(']', 1100))::jsonb "
+             "WHERE run_id = %s AND step = 2",
+    # a timestamp Python's datetime cannot hold
+    "started_at": "UPDATE {s}.run_log SET started_at = 'infinity' WHERE run_id = %s AND step = 2",
+}
+
+
+@pytest.mark.parametrize("column", sorted(UNDECODABLE_STEPS))
+def test_an_undecodable_step_is_a_store_error_naming_it(
+    backend: PostgresBackend, pg_dsn: str, pg_schema: str, column: str
+) -> None:
+    run_id = new_run(backend)
+    backend.append([step(run_id, n) for n in (1, 2, 3)])
+    _tamper(pg_dsn, pg_schema, UNDECODABLE_STEPS[column], run_id)
+
+    with pytest.raises(StoreError) as caught:
+        backend.load_steps(run_id)
+
+    message = str(caught.value)
+    assert f"step 2 of run {run_id} cannot be read" in message
+    assert column in message or "infinity" in message
+    assert "changed outside" in message
+
+
+@pytest.mark.parametrize(("stored", "loaded"), [
+    ("[1, 2]", {"invalid_metadata": [1, 2]}),
+    ('"just text"', {"invalid_metadata": "just text"}),
+    ("null", {"invalid_metadata": None}),
+    ('{"big": 1e400}', {"invalid_metadata": '{"big": 1' + "0" * 400 + "}"}),
+    ('{"pid": "not a pid", "host": 7}', {"pid": "not a pid", "host": 7}),
+])  # fmt: skip
+def test_odd_run_metadata_still_loads(
+    backend: PostgresBackend, pg_dsn: str, pg_schema: str, stored: str, loaded: object
+) -> None:
+    run_id = new_run(backend, metadata={"model": "m"})
+    _tamper(pg_dsn, pg_schema, "UPDATE {s}.runs SET metadata = %s::jsonb WHERE run_id = %s",
+            stored, run_id)
+
+    assert backend.get_run(run_id).metadata == loaded
+    assert [r.metadata for r in backend.list_runs()] == [loaded]
+
+
+@pytest.mark.parametrize("tamper", [
+    "UPDATE {s}.runs SET status = 'bogus' WHERE run_id = %s",  # with the CHECK dropped
+    "UPDATE {s}.runs SET started_at = '-infinity' WHERE run_id = %s",
+])  # fmt: skip
+def test_an_unreadable_run_row_is_a_store_error_naming_it(
+    backend: PostgresBackend, pg_dsn: str, pg_schema: str, tamper: str
+) -> None:
+    new_run(backend, started_at=T0 + timedelta(days=1))
+    run_id = new_run(backend)
+    _tamper(pg_dsn, pg_schema, "ALTER TABLE {s}.runs DROP CONSTRAINT runs_status_check")
+    _tamper(pg_dsn, pg_schema, tamper, run_id)
+
+    for read in (lambda: backend.get_run(run_id), backend.list_runs):
+        with pytest.raises(StoreError, match=f"run {run_id} cannot be read"):
+            read()

@@ -379,3 +379,102 @@ def test_replay_blocks_live_network_calls_but_not_the_store(any_store: Store) ->
         player.next("tool", "t", {})
         assert socket.socket.connect is original_connect
     assert socket.socket.connect is original_connect
+
+
+def test_sequential_replay_of_a_call_with_steps_inside(any_store: Store) -> None:
+    with any_store.record(entropy=True) as rec:
+        import time
+
+        rec.call("tool", "clock", {}, lambda: time.time())
+        rec.record("llm", "m", {"p": 1}, "done")
+    with any_store.replay(rec.run_id, match="sequential") as player:
+        player.next("tool", "clock", {})
+        assert player.next("llm", "m", {"p": 1}) == "done"
+
+
+def test_an_exception_that_cannot_print_itself_still_propagates(any_store: Store) -> None:
+    class Weird(Exception):
+        def __str__(self) -> str:
+            raise RuntimeError("no str for you")
+
+    def fail() -> None:
+        raise Weird("boom")
+
+    with any_store.record() as rec, pytest.raises(Weird):
+        rec.call("tool", "weird", {}, fail)
+    with any_store.replay(rec.run_id) as player, pytest.raises(Exception, match="Weird"):
+        player.next("tool", "weird", {})
+
+
+def test_names_with_nul_characters_record_and_replay(any_store: Store) -> None:
+    with any_store.record() as rec:
+        rec.record("tool", "odd\x00name", {"a": "b\x00c"}, "ok", path="p\x00q")
+    assert any_store.verify(rec.run_id).ok
+    with any_store.replay(rec.run_id) as player:
+        assert player.next("tool", "odd\x00name", {"a": "b\x00c"}, path="p\x00q") == "ok"
+
+
+def test_custom_match_key_is_used_on_both_sides(any_store: Store) -> None:
+    from agentreplay_core import match_key, strip_volatile
+
+    request = {"prompt": "hi", "run_id": "abc"}
+    key = match_key("llm", "m", strip_volatile(request))
+    with any_store.record() as rec:
+        rec.record("llm", "m", request, "hello", match_key=key)
+    replay_request = {"prompt": "hi", "run_id": "xyz"}  # a new framework run id
+    with any_store.replay(rec.run_id) as player:
+        with pytest.raises(ReplayDivergence, match="match key"):
+            player.next("llm", "m", {"prompt": "hi", "run_id": "abc"})
+        again = match_key("llm", "m", strip_volatile(replay_request))
+        assert player.next("llm", "m", replay_request, match_key=again) == "hello"
+
+
+def test_divergence_report_survives_an_unreadable_pending_step(any_store: Store) -> None:
+    class Opaque:
+        pass
+
+    with any_store.record() as rec:
+        rec.record("tool", "opaque", {"o": Opaque()}, 1)
+        rec.record("tool", "t", {"x": 1}, 2)
+    with any_store.replay(rec.run_id, allow_unused=True) as player, \
+            pytest.raises(ReplayDivergence) as caught:
+        player.next("tool", "t", {"x": 2})
+    assert caught.value.classification == "tool_args_changed"
+
+
+def test_a_cancelled_call_is_recorded_so_replay_stays_aligned(any_store: Store) -> None:
+    async def slow() -> str:
+        await asyncio.sleep(5)
+        return "slow"
+
+    async def fast() -> str:
+        return "fast"
+
+    async def agent(rec_or_none: object) -> None:
+        rec = rec_or_none
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(rec.acall("tool", "fetch", {}, slow), 0.05)  # type: ignore[attr-defined]
+        assert await rec.acall("tool", "fetch", {}, fast) == "fast"  # type: ignore[attr-defined]
+
+    with any_store.record() as rec:
+        asyncio.run(agent(rec))
+    steps = any_store.load_steps(rec.run_id)
+    assert [(s.name, s.is_error) for s in steps] == [("fetch", True), ("fetch", False)]
+    with any_store.replay(rec.run_id, match="sequential") as player:
+        with pytest.raises(asyncio.CancelledError):
+            player.next("tool", "fetch", {})
+        assert player.next("tool", "fetch", {}) == "fast"
+
+
+def test_fork_serves_recorded_calls_without_live_and_keeps_them(any_store: Store) -> None:
+    with any_store.record(name="agent") as rec:
+        rec.record("llm", "m", {"p": 1}, "one")
+        rec.record("tool", "t", {"q": 1}, "tool one")
+    with any_store.replay(rec.run_id, on_divergence="live") as player:
+        assert player.next("llm", "m", {"p": 9}, live=lambda: "live nine") == "live nine"
+        assert player.next("tool", "t", {"q": 1}) == "tool one"  # no live=: from the recording
+        assert player.fork is not None
+        fork_id = player.fork.run_id
+    with any_store.replay(fork_id) as again:
+        assert again.next("llm", "m", {"p": 9}) == "live nine"
+        assert again.next("tool", "t", {"q": 1}) == "tool one"

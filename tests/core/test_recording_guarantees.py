@@ -36,7 +36,8 @@ def test_run_metadata_is_filled_in(any_store: Store, tmp_path: Path,
     assert meta["python"] == ".".join(map(str, sys.version_info[:3]))
     assert meta["pid"] == os.getpid()
     assert "pydantic" in meta["packages"]
-    assert meta["agentreplay"] == {"durability": "batched", "entropy": False}
+    own = meta["agentreplay"]
+    assert (own["durability"], own["entropy"], own["pid"]) == ("batched", False, os.getpid())
 
 
 def test_bounded_queue_applies_backpressure(pg_dsn: str, pg_schema: str) -> None:
@@ -109,3 +110,59 @@ def test_recorded_embeddings_are_searchable(pg_store: Store) -> None:
     assert [h.name for h in hits] == ["embed-docs", "embed-query", "embed-docs"]
     assert hits[0].distance == pytest.approx(0.02, abs=1e-6)
     assert hits[0].distance <= hits[1].distance <= hits[2].distance
+
+
+def test_a_stuck_database_never_blocks_the_agent_for_long(pg_dsn: str, pg_schema: str,
+                                                          tmp_path: Path) -> None:
+    store = open_store(pg_dsn, schema=pg_schema, max_queue=5, spool_dir=tmp_path / "spool")
+    blocker = psycopg.connect(pg_dsn)
+    try:
+        with store.record(name="stuck") as rec:
+            rec.record("tool", "warm-up", {}, 0)
+            assert rec.flush()
+            writer = store._batched
+            assert writer is not None
+            writer.put_timeout = 0.5
+            blocker.execute(sql.SQL("LOCK TABLE {}.run_log IN ACCESS EXCLUSIVE MODE").format(
+                sql.Identifier(pg_schema)))
+            t0 = time.monotonic()
+            for i in range(30):
+                rec.record("tool", "t", {"i": i}, i)
+            elapsed = time.monotonic() - t0
+            blocker.rollback()
+        # every call returned after at most about one put timeout, however long the lock
+        assert elapsed < 30 * 0.5 + 5
+        assert rec.stats.lost == 0
+    finally:
+        blocker.close()
+        store.close()
+    with open_store(pg_dsn, schema=pg_schema, spool_dir=tmp_path / "spool") as check:
+        check.flush_spool()
+        assert len(check.load_steps(rec.run_id)) == 31
+        assert check.verify(rec.run_id).ok
+
+
+def test_a_row_the_database_rejects_is_lost_loudly_not_retried_forever(
+    pg_dsn: str, pg_schema: str, tmp_path: Path
+) -> None:
+    spool = tmp_path / "spool"
+    with open_store(pg_dsn, schema=pg_schema, spool_dir=spool) as store:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL(
+                "CREATE FUNCTION {s}.reject_poison() RETURNS trigger LANGUAGE plpgsql AS $$ "
+                "BEGIN IF NEW.name = 'poison' THEN RAISE EXCEPTION 'poisoned row' USING "
+                "ERRCODE = 'data_exception'; END IF; RETURN NEW; END $$; "
+                "CREATE TRIGGER reject_poison BEFORE INSERT ON {s}.run_log FOR EACH ROW "
+                "EXECUTE FUNCTION {s}.reject_poison()").format(s=sql.Identifier(pg_schema)))
+        with store.record(name="poisoned", durability="sync") as rec:
+            rec.record("tool", "fine", {}, 1)
+            rec.record("tool", "poison", {}, 2)
+            rec.record("tool", "fine", {}, 3)
+        with store.record(name="bystander") as other:
+            other.record("tool", "fine", {}, 4)
+        assert rec.stats.lost == 1 and rec.stats.spooled == 0
+        assert [s.step for s in store.load_steps(rec.run_id)] == [1, 3]
+        report = store.verify(rec.run_id)
+        assert [(p.step, p.code) for p in report.problems][:1] == [(2, "missing_step")]
+        assert store.verify(other.run_id).ok  # not spooled behind a tripped breaker
+    assert not spool.exists() or not list(spool.iterdir())

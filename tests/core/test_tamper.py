@@ -133,3 +133,70 @@ def test_rechained_forgery_without_key_fails_hmac_verification(pg_dsn: str, pg_s
              forged[-1][0], run)
         assert len(steps) == 3
         assert not store.verify(run).ok
+
+
+def _rechain_without_key(dsn: str, schema: str, store: Store, run: UUID,
+                         status: str = "complete") -> None:
+    """What an attacker with table access but no key can do: recompute a plain chain."""
+    from agentreplay_core._codec import canonical_bytes
+    from agentreplay_core._integrity import GENESIS, chain_next, seal_checksum, step_payload
+    from agentreplay_core._model import RunStatus
+
+    previous = GENESIS
+    steps = store.load_steps(run)
+    for step in steps:
+        previous = chain_next(previous, step_payload(
+            step.run_id, step.step, step.kind, step.name, step.match_key, step.path,
+            canonical_bytes(step.input), canonical_bytes(step.output), step.is_error), None)
+        _sql(dsn, schema, "UPDATE {s}.run_log SET checksum = %s WHERE run_id = %s AND step = %s",
+             previous.hex(), run, step.step)
+    head = seal_checksum(run, RunStatus(status), len(steps), previous, None)
+    _sql(dsn, schema, "UPDATE {s}.runs SET chain = 'sha256', status = %s, step_count = %s, "
+         "head_checksum = %s WHERE run_id = %s", status, len(steps), head, run)
+
+
+def test_downgrading_a_keyed_run_to_plain_sha256_is_detected(pg_dsn: str,
+                                                              pg_schema: str) -> None:
+    with open_store(pg_dsn, schema=pg_schema, hmac_key=b"k") as store:
+        run = _record(store)
+        _sql(pg_dsn, pg_schema, "UPDATE {s}.run_log SET output = '{{\"answer\": \"x\"}}' "
+             "WHERE run_id = %s AND step = 2", run)
+        _rechain_without_key(pg_dsn, pg_schema, store, run)
+        report = store.verify(run)
+        assert [p.code for p in report.problems] == ["unkeyed_run"]
+        with pytest.raises(IntegrityError), store.replay(run):
+            pass
+    # a store that accepts runs recorded before the key existed sees a valid plain chain
+    with open_store(pg_dsn, schema=pg_schema, hmac_key=b"k", accept_unkeyed_runs=True) as lax:
+        assert lax.verify(run).ok
+
+
+@pytest.mark.parametrize("edit", ["truncate", "status"])
+def test_seal_edits_are_detected_with_a_key(pg_dsn: str, pg_schema: str, edit: str) -> None:
+    with open_store(pg_dsn, schema=pg_schema, hmac_key=b"k") as store:
+        with pytest.raises(RuntimeError), store.record(name="fails") as rec:
+            for i in range(4):
+                rec.record("tool", "t", {"i": i}, i)
+            raise RuntimeError("agent crashed")
+        run = rec.run_id
+        assert store.get_run(run).status.value == "failed"
+        assert store.verify(run).ok and store.verify(run).sealed
+        if edit == "truncate":
+            # drop the last step and move the seal's visible parts to match step 3
+            row = store.load_steps(run)[2]
+            _sql(pg_dsn, pg_schema, "DELETE FROM {s}.run_log WHERE run_id = %s AND step = 4", run)
+            _sql(pg_dsn, pg_schema, "UPDATE {s}.runs SET step_count = 3, head_checksum = %s "
+                 "WHERE run_id = %s", row.checksum, run)
+        else:
+            _sql(pg_dsn, pg_schema, "UPDATE {s}.runs SET status = 'complete' WHERE run_id = %s",
+                 run)
+        report = store.verify(run)
+        assert "seal_mismatch" in [p.code for p in report.problems]
+
+
+def test_unsealing_a_finished_run_is_detected(pg_dsn: str, pg_schema: str) -> None:
+    with open_store(pg_dsn, schema=pg_schema) as store:
+        run = _record(store)
+        _sql(pg_dsn, pg_schema, "UPDATE {s}.runs SET head_checksum = NULL WHERE run_id = %s",
+             run)
+        assert [p.code for p in store.verify(run).problems] == ["seal_missing"]

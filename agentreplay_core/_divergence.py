@@ -1,0 +1,85 @@
+"""Building `ReplayDivergence` errors: what was expected, what came, and what is nearest."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+from uuid import UUID
+
+from agentreplay_core._codec import decode
+from agentreplay_core._diff import classify, nearest_candidates, render_diff, structural_diff
+from agentreplay_core._errors import ReplayDivergence
+from agentreplay_core._model import Step
+
+
+def peek(tree: Any) -> Any:
+    """A recorded value for a message: decoded if possible, else as stored.
+
+    A divergence report must never turn into an unrelated error because some other recorded
+    value cannot be rebuilt here (an unencodable marker, a class that is not importable).
+    """
+    try:
+        return decode(tree, restore_objects=False)
+    except Exception:
+        return tree
+
+
+def divergence(
+    *,
+    run_id: UUID,
+    kind: str,
+    name: str,
+    request: Any,
+    key: str,
+    path: str | None,
+    pending: Sequence[Step],
+    recorded_total: int,
+    expected_next: Step | None,
+) -> ReplayDivergence:
+    """The error for a call that matched no pending step.
+
+    `expected_next` is the step sequential matching wanted next (None in keyed mode).
+    """
+    same = [s for s in pending if s.kind == kind and s.name == name]
+    if path is not None:
+        same.sort(key=lambda s: s.path != path)  # stable: same path first, then order
+    candidates = nearest_candidates(
+        request, kind, name, [(s.step, s.kind, s.name, peek(s.input)) for s in pending])
+    common: dict[str, Any] = {"run_id": run_id, "kind": kind, "name": name, "actual": request,
+                              "candidates": candidates}
+    later = expected_next is not None and any(s.match_key == key for s in same)
+    if expected_next is not None and (later or (same and same[0] is not expected_next)):
+        what = "the recording holds this call later; " if later else ""
+        return ReplayDivergence(
+            step=expected_next.step, classification="order_changed",
+            expected=peek(expected_next.input),
+            detail=(f"{what}step {expected_next.step} ({expected_next.kind} "
+                    f"{expected_next.name!r}) was expected next"), **common)
+    if same:
+        target = same[0]
+        expected = peek(target.input)
+        entries = structural_diff(expected, request)
+        detail = "the request differs from the recorded one"
+        if not entries:
+            detail = ("the request equals the recorded one but its match key differs: record "
+                      "and replay must compute match keys the same way (match_key=...)")
+        return ReplayDivergence(
+            step=target.step, classification=classify(kind, entries), expected=expected,
+            diff=render_diff(entries), detail=detail, **common)
+    detail = (f"all {recorded_total} recorded {kind} {name!r} call(s) were already replayed"
+              if recorded_total else f"the recording holds no {kind} call named {name!r}")
+    return ReplayDivergence(step=None, classification="unexpected_call", detail=detail,
+                            **common)
+
+
+def missing_calls(run_id: UUID, missing: Sequence[Step]) -> ReplayDivergence:
+    """The error for recorded steps the replay never asked for."""
+    first = missing[0]
+    listing = ", ".join(f"{s.step} ({s.kind} {s.name!r})" for s in missing[:10])
+    more = f" and {len(missing) - 10} more" if len(missing) > 10 else ""
+    return ReplayDivergence(
+        run_id=run_id, step=first.step, kind=first.kind, name=first.name,
+        classification="missing_call", expected=peek(first.input),
+        detail=(f"{len(missing)} recorded step(s) were never replayed: {listing}{more}; "
+                "pass allow_unused=True if that is expected"),
+    )
