@@ -61,27 +61,26 @@ class Sink:
             action()
             return Outcome.WRITTEN
         except Exception as exc:
-            if self.backend.is_permanent(exc):
-                self._note(f"run store {self.backend.description} rejected {what}: {exc}")
-                return Outcome.REJECTED
-        try:
-            for attempt in Retrying(
-                stop=stop_after_delay(self.retry_seconds),
-                wait=wait_exponential(multiplier=0.05, max=0.5),
-                retry=retry_if_exception(lambda e: not self.backend.is_permanent(e)),
-                reraise=True,
-            ):
-                with attempt:
-                    action()
-            return Outcome.WRITTEN
-        except Exception as exc:
-            if self.backend.is_permanent(exc):
-                self._note(f"run store {self.backend.description} rejected {what}: {exc}")
-                return Outcome.REJECTED
-            self._down_until = time.monotonic() + self.cooldown_seconds
-            self._note(f"run store {self.backend.description} failed ({what}): {exc!r}; "
-                       "spooling")
-            return Outcome.UNREACHABLE
+            error: Exception = exc
+        if not self.backend.is_permanent(error):
+            try:
+                for attempt in Retrying(
+                    stop=stop_after_delay(self.retry_seconds),
+                    wait=wait_exponential(multiplier=0.05, max=0.5),
+                    retry=retry_if_exception(lambda e: not self.backend.is_permanent(e)),
+                    reraise=True,
+                ):
+                    with attempt:
+                        action()
+                return Outcome.WRITTEN
+            except Exception as exc:
+                error = exc
+        if self.backend.is_permanent(error):
+            self._note(f"run store {self.backend.description} rejected {what}: {error}")
+            return Outcome.REJECTED
+        self._down_until = time.monotonic() + self.cooldown_seconds
+        self._note(f"run store {self.backend.description} failed ({what}): {error!r}; spooling")
+        return Outcome.UNREACHABLE
 
     def _note(self, message: str) -> None:
         log.warning("agentreplay: %s", message)

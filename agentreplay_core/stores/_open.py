@@ -24,8 +24,8 @@ def open_store(url: str | os.PathLike[str] | None = None, **options: Any) -> Sto
       (`agentreplay[embedded]`), started in a per-user data directory.
 
     Other keyword options go to `Store` (`hmac_key`, `spool_dir`, `max_queue`,
-    `accept_unkeyed_runs`) or, for
-    PostgreSQL, to the backend (`schema`, `max_size`, `migrate`).
+    `accept_unkeyed_runs`) or, for PostgreSQL, to the backend (`schema`, `max_size`,
+    `migrate`, `write_statement_timeout`, `lock_timeout`).
     """
     store_options = {k: options.pop(k) for k in ("hmac_key", "spool_dir", "max_queue",
                                                   "accept_unkeyed_runs") if k in options}
