@@ -86,6 +86,13 @@ def typecheck(session: nox.Session) -> None:
 
 
 @nox.session(python=LINT_PYTHON)
+def bench(session: nox.Session) -> None:
+    """Recording cost against the seed recorder, printed as ratios (not part of the tests)."""
+    _install(session, "embedded")
+    session.run("python", "-m", "benchmarks.bench_record", *session.posargs)
+
+
+@nox.session(python=LINT_PYTHON)
 def demo(session: nox.Session) -> None:
     """The README's demo, on a throwaway embedded PostgreSQL."""
     _install(session, "embedded")
