@@ -12,12 +12,15 @@ reuse it; it stops when the last process using it exits. Usage::
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 from agentreplay_core._errors import StoreError
 
 __all__ = ["DATA_DIR_ENV", "default_data_dir", "embedded_dsn"]
 
+#: starts of the embedded server tried before giving up
+START_ATTEMPTS = 3
 #: overrides the data directory of the embedded server
 DATA_DIR_ENV = "AGENTREPLAY_EMBEDDED_DIR"
 
@@ -47,15 +50,30 @@ def embedded_dsn(data_dir: Path | None = None) -> str:
             "postgresql:// URL, or use file:PATH)"
         ) from None
     path = (Path(data_dir) if data_dir is not None else default_data_dir()).expanduser()
+    for attempt in range(1, START_ATTEMPTS + 1):
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            # "stop": the server outlives this call and stops when its last user process exits.
+            server = get_server(path, cleanup_mode="stop")
+            return str(server.get_uri())
+        except Exception as exc:  # pgserver raises assorted subprocess and OS errors
+            if attempt == START_ATTEMPTS:
+                raise StoreError(
+                    f"could not start the embedded PostgreSQL in {path}: {exc}. Its log is "
+                    f"{path / 'log'}; remove that directory to start afresh, or set "
+                    "AGENTREPLAY_DSN to use another server"
+                ) from exc
+            # pgserver gives the server a fixed 10 s to start, too little on a busy machine;
+            # it keeps the half-started handle, so drop it before asking again.
+            _forget_server(path)
+            time.sleep(1.0)
+    raise AssertionError("unreachable")
+
+
+def _forget_server(path: Path) -> None:
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # "stop": the server outlives this call and stops when its last user process exits.
-        server = get_server(path, cleanup_mode="stop")
-        dsn = server.get_uri()
-    except Exception as exc:  # pgserver raises assorted subprocess and OS errors
-        raise StoreError(
-            f"could not start the embedded PostgreSQL in {path}: {exc}. Its log is "
-            f"{path / 'log'}; remove that directory to start afresh, or set AGENTREPLAY_DSN "
-            "to use another server"
-        ) from exc
-    return str(dsn)
+        from pgserver.postgres_server import PostgresServer
+
+        PostgresServer._instances.pop(path.resolve(), None)
+    except Exception:  # a pgserver without that registry: nothing to forget
+        return
