@@ -51,6 +51,14 @@ class NetworkAccessDuringReplay(AgentReplayError, ConnectionError):
     """Code under replay tried to open a network connection that was not recorded."""
 
 
+class ReplayedCancellation(AgentReplayError):
+    """A call that was cancelled while recording (e.g. by a timeout) was replayed synchronously.
+
+    Replay it with `await player.anext(...)`: the call then never completes, so the same
+    timeout or cancellation that cut it short during recording fires again.
+    """
+
+
 class ReplayedError(AgentReplayError):
     """A recorded error whose original exception type cannot be rebuilt here."""
 

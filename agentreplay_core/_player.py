@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -10,7 +11,7 @@ from uuid import UUID
 
 from agentreplay_core._codec import canonical_bytes, decode, encode
 from agentreplay_core._divergence import divergence, missing_calls
-from agentreplay_core._errors import ReplayDivergence
+from agentreplay_core._errors import ReplayDivergence, ReplayedCancellation
 from agentreplay_core._keys import (
     clean_label,
     current_path,
@@ -19,7 +20,7 @@ from agentreplay_core._keys import (
     match_key_of_canonical,
 )
 from agentreplay_core._model import Run, Step, check_kind
-from agentreplay_core._recorded_errors import error_from_record
+from agentreplay_core._recorded_errors import error_from_record, is_cancellation
 from agentreplay_core._recorder import Recorder
 
 MatchMode = Literal["keyed", "sequential"]
@@ -140,11 +141,32 @@ class Player:
                                 match_key=step.match_key)
         return step
 
-    @staticmethod
-    def result_of(step: Step) -> Any:
+    async def anext(
+        self,
+        kind: str,
+        name: str,
+        request: Any,
+        *,
+        path: str | None = None,
+        match_key: str | None = None,
+    ) -> Any:
+        """`next` for async code. A call that was cancelled while recording (a timeout cut it
+        short) never completes here either, so the caller's same timeout fires again."""
+        step = self.next_step(kind, name, request, path=path, match_key=match_key)
+        if step.is_error and is_cancellation(decode(step.output, restore_objects=False)):
+            await asyncio.Event().wait()  # until cancelled, as during recording
+        return self.result_of(step)
+
+    def result_of(self, step: Step) -> Any:
         """Decode a step's output, or raise its recorded error."""
         if step.is_error:
-            raise error_from_record(decode(step.output))
+            record = decode(step.output)
+            if is_cancellation(record):
+                raise ReplayedCancellation(
+                    f"step {step.step} of run {self.run_id} ({step.kind} {step.name!r}) was "
+                    "cancelled while recording (e.g. by a timeout); replay async calls with "
+                    "`await player.anext(...)` so that the same timeout fires again")
+            raise error_from_record(record)
         return decode(step.output)
 
     # -- matching -------------------------------------------------------------------------

@@ -12,6 +12,11 @@ from agentreplay_core._errors import ReplayedError
 _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
+def is_cancellation(record: Any) -> bool:
+    """Whether a recorded error is a call that was cancelled (a timeout, a cancelled task)."""
+    return isinstance(record, dict) and record.get("cancelled") is True
+
+
 def error_to_record(exc: BaseException) -> dict[str, Any]:
     """The JSON-able description of an exception (type, module, message, plain args)."""
     cls = type(exc)
@@ -26,6 +31,8 @@ def error_to_record(exc: BaseException) -> dict[str, Any]:
     }
     if all(isinstance(a, (str, int, float, bool, type(None))) for a in exc.args):
         record["args"] = list(exc.args)
+    if isinstance(exc, asyncio.CancelledError):
+        record["cancelled"] = True
     return record
 
 
@@ -38,9 +45,9 @@ def _resolve_type(module: str, qualname: str) -> type[BaseException] | None:
             obj = getattr(obj, part)
     except Exception:
         return None
-    # Cancellation is replayed too (a call that timed out); other BaseExceptions
-    # (KeyboardInterrupt, SystemExit) are never rebuilt from data.
-    if isinstance(obj, type) and (issubclass(obj, Exception) or obj is asyncio.CancelledError):
+    # BaseExceptions (cancellation, KeyboardInterrupt, SystemExit) are never rebuilt from
+    # data: a cancelled call replays through `is_cancellation` instead.
+    if isinstance(obj, type) and issubclass(obj, Exception):
         return obj
     return None
 
