@@ -176,9 +176,11 @@ def verify_chain(
         if step.run_id != run.run_id:
             problems.append(Problem(run.run_id, step.step, "foreign_step",
                                     f"row belongs to run {step.run_id}"))
+        after_gap = expected_step < step.step
         while expected_step < step.step:
             problems.append(Problem(run.run_id, expected_step, "missing_step",
-                                    "step is missing (deleted?)"))
+                                    "step is missing (deleted, or lost while recording: the "
+                                    "recorder logs and counts such losses)"))
             expected_step += 1
         if step.step < expected_step:
             problems.append(Problem(run.run_id, step.step, "duplicate_step",
@@ -189,9 +191,13 @@ def verify_chain(
             problems.append(Problem(run.run_id, step.step, "unreadable", f"cannot hash: {exc}"))
             digest = b""
         if digest.hex() != step.checksum:
-            problems.append(Problem(run.run_id, step.step, "checksum_mismatch",
-                                    "content does not match its checksum (changed, inserted, "
-                                    "reordered or copied from another run)"))
+            if after_gap:
+                problems.append(Problem(run.run_id, step.step, "unverifiable_after_gap",
+                                        "cannot be checked: the step before it is missing"))
+            else:
+                problems.append(Problem(run.run_id, step.step, "checksum_mismatch",
+                                        "content does not match its checksum (changed, "
+                                        "inserted, reordered or copied from another run)"))
         previous = _digest_bytes(step.checksum)
         expected_step = max(expected_step, step.step + 1)
     _check_seal(run, steps, previous, key, report)

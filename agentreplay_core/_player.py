@@ -112,7 +112,15 @@ class Player:
                 assert self.fork_starter is not None
                 with self._lock:
                     served = list(self._served)
-                self.fork = self.fork_starter(diverged, served)
+                fork = self.fork_starter(diverged, served)
+                with self._lock:
+                    # steps other threads were served while the fork started go in too, and
+                    # from here on `next_step` copies them itself
+                    for step in self._served[len(served):]:
+                        fork.record_encoded(step.kind, step.name, step.input, step.output,
+                                            is_error=step.is_error, path=step.path,
+                                            match_key=step.match_key)
+                    self.fork = fork
             return self.fork
 
     def next_step(self, kind: str, name: str, request: Any, *, path: str | None = None,

@@ -25,7 +25,7 @@ from agentreplay_core._keys import (
 )
 from agentreplay_core._model import RunStatus, check_kind
 from agentreplay_core._recorded_errors import error_to_record
-from agentreplay_core._writer import SyncWriter, Writer, spooled_counts
+from agentreplay_core._writer import SyncWriter, Writer, step_counts
 from agentreplay_core.stores._backend import EmbeddingRow, PendingStep, RunFinish
 
 log = logging.getLogger("agentreplay")
@@ -46,6 +46,9 @@ class RecordingStats:
     internal_errors: int = 0
     spooled: int = 0
     lost: int = 0
+    #: steps neither written, spooled nor lost when the run was sealed: still queued behind a
+    #: stuck writer (written if it recovers before the process exits, else lost)
+    pending: int = 0
 
 
 def _vectors(output: Any) -> list[list[float]]:
@@ -236,7 +239,8 @@ class Recorder:
                                              datetime.now(timezone.utc)))
         if not self._writer.wait_durable(timeout):
             log.error("agentreplay: run %s not fully written after %ss", self.run_id, timeout)
-        self.stats.spooled, self.stats.lost = spooled_counts(self._writer, self.run_id)
+        written, self.stats.spooled, self.stats.lost = step_counts(self._writer, self.run_id)
+        self.stats.pending = max(0, count - written - self.stats.spooled - self.stats.lost)
         if self.stats.spooled or self.stats.lost or self.stats.unencodable \
-                or self.stats.internal_errors:
+                or self.stats.internal_errors or self.stats.pending:
             log.warning("agentreplay: run %s recorded with problems: %s", self.run_id, self.stats)

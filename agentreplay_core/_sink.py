@@ -49,9 +49,12 @@ class Sink:
         self._lock = threading.Lock()
         self._spooling: set[UUID] = set()
         self._down_until = 0.0
-        #: per run: steps that went to the spool, and rows that could not be kept at all
+        #: per run: steps written, steps that went to the spool, and rows not kept at all
+        self.written_steps: dict[UUID, int] = {}
         self.spooled_steps: dict[UUID, int] = {}
         self.lost_steps: dict[UUID, int] = {}
+        #: runs whose `runs` row the store refused: their steps cannot be stored either
+        self._rejected_runs: set[UUID] = set()
         self.errors: list[str] = []
 
     def _try(self, action: Callable[[], object], what: str) -> Outcome:
@@ -106,12 +109,19 @@ class Sink:
         return run_id in self._spooling
 
     def write_run(self, run: Run) -> None:
-        if self._try(lambda: self.backend.create_run(run), f"run {run.run_id}") in (
-                Outcome.WRITTEN, Outcome.REJECTED):
+        outcome = self._try(lambda: self.backend.create_run(run), f"run {run.run_id}")
+        if outcome is Outcome.REJECTED:
+            with self._lock:
+                self._rejected_runs.add(run.run_id)
+        if outcome is not Outcome.UNREACHABLE:
             return
         self._spool({run.run_id}, lambda: self.spool.write_run(run), f"run {run.run_id}")
 
     def write_rows(self, steps: Sequence[PendingStep], embeddings: Sequence[EmbeddingRow]) -> None:
+        orphans = [s for s in steps if s.run_id in self._rejected_runs]
+        if orphans:
+            self._count(self.lost_steps, orphans)
+            steps = [s for s in steps if s.run_id not in self._rejected_runs]
         direct = [s for s in steps if s.run_id not in self._spooling]
         spooled = [s for s in steps if s.run_id in self._spooling]
         if direct:
@@ -138,6 +148,7 @@ class Sink:
 
         outcome = self._try(append, f"{len(steps)} step(s)")
         if outcome is Outcome.WRITTEN:
+            self._count(self.written_steps, steps)
             return []
         if outcome is Outcome.UNREACHABLE:
             with self._lock:
@@ -164,6 +175,8 @@ class Sink:
                     f"the seal of run {finish.run_id}")
 
     def write_finish(self, finish: RunFinish) -> None:
+        if finish.run_id in self._rejected_runs:
+            return  # nothing of it could be stored; its loss was reported already
         if finish.run_id not in self._spooling and self._try(
             lambda: self.backend.finish_run(finish), f"the seal of run {finish.run_id}"
         ) in (Outcome.WRITTEN, Outcome.REJECTED):

@@ -15,6 +15,7 @@ loader at a time its turn.
 from __future__ import annotations
 
 import base64
+import contextlib
 import fcntl
 import os
 from collections.abc import Iterator, Sequence
@@ -216,12 +217,27 @@ class Spool:
                 count = self._load_run(backend, run_id)
             except Exception as exc:  # any one run's problem, reported together below
                 failed[run_id] = f"{type(exc).__name__}: {exc}"
+                if backend.is_permanent(exc):
+                    # the store refuses this data: retrying every flush would fail forever
+                    where = self._set_aside(run_id)
+                    failed[run_id] += f" (rejected by the store; set aside as {where})"
                 continue
             if count is not None:  # None: another loader took it meanwhile
                 loaded[run_id] = count
         if failed:
             raise SpoolFlushError(self.directory, loaded, failed)
         return loaded
+
+    def _set_aside(self, run_id: UUID) -> str:
+        """Move a run's spool files out of the way, keeping them for inspection."""
+        names = []
+        for suffix in (".jsonl.loading", ".jsonl"):
+            path = self.directory / f"{run_id}{suffix}"
+            target = path.with_name(path.name + ".rejected")
+            with contextlib.suppress(FileNotFoundError):
+                os.replace(path, target)
+                names.append(target.name)
+        return ", ".join(names) or "nothing (already gone)"
 
     def discard(self, run_id: UUID) -> None:
         self._file(run_id).unlink(missing_ok=True)

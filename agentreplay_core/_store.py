@@ -28,6 +28,7 @@ from agentreplay_core._integrity import (
     hmac_key_from_env,
     verify_chain,
 )
+from agentreplay_core._keys import clean_label
 from agentreplay_core._metadata import collect_metadata
 from agentreplay_core._model import EmbeddingMatch, Run, RunStatus, Step
 from agentreplay_core._player import Player, check_match_mode
@@ -160,7 +161,8 @@ class Store:
         }
         meta = encode(meta, path="metadata")  # user metadata may hold any encodable value
         run = Run(
-            run_id=run_id or uuid4(), name=name, status=RunStatus.RECORDING,
+            run_id=run_id or uuid4(), name=clean_label(name) if name else name,
+            status=RunStatus.RECORDING,
             started_at=datetime.now(timezone.utc), parent_run_id=parent_run_id,
             fork_step=fork_step, metadata=meta, chain=chain_name(self.hmac_key),
         )

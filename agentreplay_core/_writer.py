@@ -83,6 +83,10 @@ class BatchedWriter:
         #: how long a recording thread waits for room in a full queue before its row is
         #: spooled in its own thread instead (the database is stuck, not merely slow)
         self.put_timeout = put_timeout
+        # After one put timed out the writer is stuck: later rows spool at once instead of
+        # each waiting `put_timeout`, until the writer is seen making progress again.
+        self._stalled_at: int | None = None
+        self._progress = 0
         self._queue: queue.Queue[_Item] = queue.Queue(maxsize=max_queue)
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="agentreplay-writer", daemon=True)
@@ -96,12 +100,19 @@ class BatchedWriter:
         """Queue an item, waiting at most `put_timeout` for room; False if it did not fit."""
         if self._closed:
             return False
+        if self._stalled_at is not None and self._stalled_at != self._progress:
+            self._stalled_at = None
         try:
-            self._queue.put(item, timeout=self.put_timeout)
+            if self._stalled_at is not None:
+                self._queue.put_nowait(item)
+            else:
+                self._queue.put(item, timeout=self.put_timeout)
             return True
         except queue.Full:
-            log.error("agentreplay: the writer's queue stayed full for %ss; spooling in the "
-                      "recording thread", self.put_timeout)
+            if self._stalled_at is None:
+                log.error("agentreplay: the writer's queue stayed full for %ss; spooling in "
+                          "the recording thread until it catches up", self.put_timeout)
+                self._stalled_at = self._progress
             return False
 
     def submit_run(self, run: Run) -> None:
@@ -128,6 +139,8 @@ class BatchedWriter:
         """Block until everything submitted so far is written (or spooled)."""
         if self._closed or not self._thread.is_alive():
             return self._queue.empty()
+        if self._stalled_at is not None and self._stalled_at == self._progress:
+            return False  # stuck: do not wait for it
         done = threading.Event()
         try:
             self._queue.put(("barrier", done), timeout=timeout)
@@ -155,7 +168,9 @@ class BatchedWriter:
                     items.append(self._queue.get_nowait())
             except queue.Empty:
                 pass
-            if self._process(items):
+            stop = self._process(items)
+            self._progress += 1
+            if stop:
                 return
 
     def _process(self, items: list[_Item]) -> bool:
@@ -196,6 +211,8 @@ class BatchedWriter:
 Writer = Union[SyncWriter, BatchedWriter]  # noqa: UP007
 
 
-def spooled_counts(writer: Writer, run_id: UUID) -> tuple[int, int]:
-    """(steps spooled, steps lost) for a run."""
-    return writer.sink.spooled_steps.get(run_id, 0), writer.sink.lost_steps.get(run_id, 0)
+def step_counts(writer: Writer, run_id: UUID) -> tuple[int, int, int]:
+    """(steps written, spooled, lost) for a run, so far."""
+    sink = writer.sink
+    return (sink.written_steps.get(run_id, 0), sink.spooled_steps.get(run_id, 0),
+            sink.lost_steps.get(run_id, 0))

@@ -249,9 +249,13 @@ class PostgresBackend(StoreBackend):
         while cause is not None:
             if isinstance(cause, (DatabaseTimeout, DatabaseUnavailable)):
                 return False
+            if isinstance(cause, RunNotFound):  # a seal or steps for a run never stored
+                return True
             if isinstance(cause, psycopg.Error) and cause.sqlstate:
                 return cause.sqlstate[:2] == "22" or (
                     cause.sqlstate[:2] == "23" and cause.sqlstate != "23505")
+            if isinstance(cause, (psycopg.DataError, psycopg.ProgrammingError)):
+                return True  # refused by the driver before it reached the server
             cause = cause.__cause__
         return False
 

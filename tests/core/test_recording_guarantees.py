@@ -166,3 +166,62 @@ def test_a_row_the_database_rejects_is_lost_loudly_not_retried_forever(
         assert [(p.step, p.code) for p in report.problems][:1] == [(2, "missing_step")]
         assert store.verify(other.run_id).ok  # not spooled behind a tripped breaker
     assert not spool.exists() or not list(spool.iterdir())
+
+
+def test_a_stuck_writer_costs_one_put_timeout_then_rows_spool_at_once(
+    pg_dsn: str, pg_schema: str, tmp_path: Path
+) -> None:
+    store = open_store(pg_dsn, schema=pg_schema, max_queue=3, spool_dir=tmp_path / "spool")
+    blocker = psycopg.connect(pg_dsn)
+    timings = []
+    try:
+        with store.record(name="stalled") as rec:
+            rec.record("tool", "warm-up", {}, 0)
+            assert rec.flush()
+            writer = store._batched
+            assert writer is not None
+            writer.put_timeout = 1.0
+            blocker.execute(sql.SQL("LOCK TABLE {}.run_log IN ACCESS EXCLUSIVE MODE").format(
+                sql.Identifier(pg_schema)))
+            for i in range(12):
+                t0 = time.monotonic()
+                rec.record("tool", "t", {"i": i}, i)
+                timings.append(time.monotonic() - t0)
+            t0 = time.monotonic()
+        seal_time = time.monotonic() - t0
+        # only the first row that met a full queue waited; the rest spooled straight away
+        assert sum(1 for t in timings if t > 0.5) == 1
+        assert seal_time < 5
+        assert rec.stats.spooled > 0
+        assert rec.stats.spooled + rec.stats.pending + rec.stats.lost <= 13
+        blocker.rollback()
+    finally:
+        blocker.close()
+        store.close()
+    with open_store(pg_dsn, schema=pg_schema, spool_dir=tmp_path / "spool") as check:
+        check.flush_spool()
+        assert len(check.load_steps(rec.run_id)) == 13
+        assert check.verify(rec.run_id).ok
+
+
+def test_a_run_row_the_database_rejects_loses_the_run_loudly(
+    pg_dsn: str, pg_schema: str, tmp_path: Path
+) -> None:
+    spool = tmp_path / "spool"
+    with open_store(pg_dsn, schema=pg_schema, spool_dir=spool) as store:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL(
+                "CREATE FUNCTION {s}.reject_run() RETURNS trigger LANGUAGE plpgsql AS $$ "
+                "BEGIN IF NEW.name = 'doomed' THEN RAISE EXCEPTION 'no such runs' USING "
+                "ERRCODE = 'check_violation'; END IF; RETURN NEW; END $$; "
+                "CREATE TRIGGER reject_run BEFORE INSERT ON {s}.runs FOR EACH ROW "
+                "EXECUTE FUNCTION {s}.reject_run()").format(s=sql.Identifier(pg_schema)))
+        with store.record(name="doomed", durability="sync") as rec:
+            rec.record("tool", "t", {}, 1)
+            rec.record("tool", "t", {}, 2)
+        with store.record(name="fine") as other:
+            other.record("tool", "t", {}, 3)
+        assert rec.stats.lost == 2
+        assert store.verify(other.run_id).ok
+        assert [r.name for r in store.list_runs()] == ["fine"]
+    assert not spool.exists() or not list(spool.glob("*.jsonl*"))
