@@ -34,9 +34,7 @@ def fork_starter(store: Store, run: Run, stack: contextlib.ExitStack) -> ForkSta
             parent_run_id=run.run_id, fork_step=fork_step, _entropy_in_log=meta_entropy(run),
         ))
         for step in served:
-            recorder.record_encoded(step.kind, step.name, step.input, step.output,
-                                    is_error=step.is_error, path=step.path,
-                                    match_key=step.match_key)
+            recorder.copy_step(step)
         log.warning("agentreplay: run %s diverged at step %s (%s); continuing live into forked "
                     "run %s", run.run_id, fork_step, divergence.classification, recorder.run_id)
         return recorder

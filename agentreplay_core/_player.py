@@ -117,9 +117,7 @@ class Player:
                     # steps other threads were served while the fork started go in too, and
                     # from here on `next_step` copies them itself
                     for step in self._served[len(served):]:
-                        fork.record_encoded(step.kind, step.name, step.input, step.output,
-                                            is_error=step.is_error, path=step.path,
-                                            match_key=step.match_key)
+                        fork.copy_step(step)
                     self.fork = fork
             return self.fork
 
@@ -144,9 +142,7 @@ class Player:
             self._served.append(step)
             fork = self.fork
         if fork is not None:  # served from the recording after going live: the fork has it too
-            fork.record_encoded(step.kind, step.name, step.input, step.output,
-                                is_error=step.is_error, path=step.path,
-                                match_key=step.match_key)
+            fork.copy_step(step)
         return step
 
     async def anext(

@@ -23,7 +23,7 @@ from agentreplay_core._keys import (
     join_path,
     match_key_of_canonical,
 )
-from agentreplay_core._model import RunStatus, check_kind
+from agentreplay_core._model import RunStatus, Step, check_kind
 from agentreplay_core._recorded_errors import error_to_record
 from agentreplay_core._writer import SyncWriter, Writer, step_counts
 from agentreplay_core.stores._backend import EmbeddingRow, PendingStep, RunFinish
@@ -126,24 +126,21 @@ class Recorder:
         return self._append(kind, name, encoded_in, encoded_out, is_error, path, match_key,
                             started_at, duration_ms, vectors)
 
-    def record_encoded(
-        self, kind: str, name: str, input: Any, output: Any, *, is_error: bool = False,
-        path: str | None = None, match_key: str | None = None,
-    ) -> int | None:
-        """Store a step whose input and output are already in the run log's encoded form
-        (copying a recorded step into a forked run); never raises, like `record`."""
+    def copy_step(self, step: Step) -> int | None:
+        """Store a recorded step again, as stored (into a forked run): values that cannot be
+        rebuilt here still copy exactly. Never raises, like `record`."""
         try:
             vectors = []
-            if kind == "embedding" and not is_error:
+            if step.kind == "embedding" and not step.is_error:
                 try:
-                    vectors = _vectors(decode(output, restore_objects=False))
+                    vectors = _vectors(decode(step.output, restore_objects=False))
                 except Exception:
                     vectors = []
-            return self._append(kind, name, input, output, is_error, path, match_key, None,
-                                0.0, vectors)
+            return self._append(step.kind, step.name, step.input, step.output, step.is_error,
+                                step.path, step.match_key, None, 0.0, vectors)
         except Exception:
             self.stats.internal_errors += 1
-            log.exception("agentreplay: run %s: failed to record a %s step", self.run_id, kind)
+            log.exception("agentreplay: run %s: failed to copy step %s", self.run_id, step.step)
             return None
 
     def _append(
