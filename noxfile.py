@@ -15,8 +15,21 @@ CORE_PYTHONS = ["3.10", "3.11", "3.12"]
 PG15_BIN = "/usr/lib/postgresql/15/bin"
 PG15_PYTHON = "3.11"
 LINT_PYTHON = "3.11"
+#: the newest releases of every framework line run in `tests`; the older lines the adapters
+#: support run here, each on one Python (issue 6 widens this to the full matrix)
+LANGCHAIN_LINES = {
+    "0.3": ["langchain-core>=0.3,<0.4", "langgraph>=0.6,<1", "langchain-tests>=0.3.20,<0.4"],
+}
+LLAMAINDEX_LINES = {
+    "0.12": ["llama-index-core>=0.12,<0.13"],
+    "0.13": ["llama-index-core>=0.13,<0.14"],
+}
+FRAMEWORK_PYTHON = "3.11"
+#: what the `tests` session adds to the newest langchain-core: create_agent lives in langchain
+LANGCHAIN_LATEST = ["langchain>=1"]
 
-nox.options.sessions = ["tests", "tests_pg15", "lint", "typecheck"]
+nox.options.sessions = ["tests", "tests_pg15", "tests_langchain", "tests_llamaindex", "lint",
+                        "typecheck"]
 nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.error_on_missing_interpreters = True
 nox.options.reuse_existing_virtualenvs = True
@@ -39,7 +52,7 @@ def _expose_pyenv_pythons() -> None:
     except (OSError, subprocess.CalledProcessError):
         return
     current = [v for v in os.environ.get("PYENV_VERSION", "").split(":") if v]
-    wanted = {*CORE_PYTHONS, PG15_PYTHON, LINT_PYTHON}
+    wanted = {*CORE_PYTHONS, PG15_PYTHON, LINT_PYTHON, FRAMEWORK_PYTHON}
     extra = [v for v in versions
              if v not in current and any(v.startswith(w + ".") for w in wanted)]
     if extra:
@@ -49,15 +62,41 @@ def _expose_pyenv_pythons() -> None:
 _expose_pyenv_pythons()
 
 
-def _install(session: nox.Session, extras: str = "all") -> None:
-    session.install("-e", f".[{extras}]", "--group", "test")
+def _install(session: nox.Session, extras: str = "all", *more: str) -> None:
+    session.install("-e", f".[{extras}]", "--group", "test", *more)
+
+
+def _print_versions(session: nox.Session, *packages: str) -> None:
+    session.run("python", "-c", "import importlib.metadata as m, sys; "
+                "print(*(f'{p} {m.version(p)}' for p in sys.argv[1:]))", *packages,
+                silent=False)
 
 
 @nox.session(python=CORE_PYTHONS)
 def tests(session: nox.Session) -> None:
-    """The whole suite against a PostgreSQL 16 + pgvector that the tests start themselves."""
-    _install(session)
+    """The whole suite against a PostgreSQL 16 + pgvector that the tests start themselves,
+    with the newest release of every framework."""
+    _install(session, "all", "--group", "langchain-test", *LANGCHAIN_LATEST)
+    _print_versions(session, "langchain-core", "langgraph", "langchain", "llama-index-core")
     session.run("pytest", *session.posargs)
+
+
+@nox.session(python=FRAMEWORK_PYTHON)
+@nox.parametrize("line", list(LANGCHAIN_LINES))
+def tests_langchain(session: nox.Session, line: str) -> None:
+    """The LangChain adapter's tests on an older langchain-core line."""
+    _install(session, "embedded,langchain", "--group", "langchain-test", *LANGCHAIN_LINES[line])
+    _print_versions(session, "langchain-core", "langgraph", "langchain-tests")
+    session.run("pytest", "tests/langchain", *session.posargs)
+
+
+@nox.session(python=FRAMEWORK_PYTHON)
+@nox.parametrize("line", list(LLAMAINDEX_LINES))
+def tests_llamaindex(session: nox.Session, line: str) -> None:
+    """The LlamaIndex adapter's tests on an older llama-index-core line."""
+    _install(session, "embedded,llamaindex", *LLAMAINDEX_LINES[line])
+    _print_versions(session, "llama-index-core")
+    session.run("pytest", "tests/llamaindex", *session.posargs)
 
 
 @nox.session(python=PG15_PYTHON)
@@ -81,7 +120,8 @@ def lint(session: nox.Session) -> None:
 @nox.session(python=LINT_PYTHON)
 def typecheck(session: nox.Session) -> None:
     """mypy --strict on the packages and the tests."""
-    session.install("-e", ".[all]", "--group", "lint")
+    session.install("-e", ".[all]", "--group", "lint", "--group", "langchain-test",
+                    *LANGCHAIN_LATEST)
     session.run("mypy")
 
 

@@ -49,6 +49,10 @@ DEFAULT_SKIP_MODULES: tuple[str, ...] = (
     "logging", "asyncio", "threading", "concurrent", "queue", "selectors", "socket", "ssl",
     "subprocess", "multiprocessing", "tempfile", "importlib", "psycopg", "psycopg_pool",
     "tenacity", "pgserver", "urllib3", "httpx", "httpcore", "anyio",
+    # frameworks' own bookkeeping ids (callback run ids, tracing, checkpoints): how many they
+    # make depends on which callbacks are attached, not on the agent
+    "langchain_core.callbacks", "langchain_core.tracers", "langchain_core.utils.uuid",
+    "langsmith", "langgraph.checkpoint", "langgraph.pregel",
     # agentreplay's own machinery (run ids, retries, spooling), but not `call()`'s target or
     # the demo agent, which are user code
     "agentreplay_core._store", "agentreplay_core._writer", "agentreplay_core._sink",

@@ -97,14 +97,31 @@ class Player:
         """
         fork = self.fork
         if fork is not None and live is not None:
-            return fork.call(kind, name, request, live, path=path)
+            return fork.call(kind, name, request, live, path=path, match_key=match_key)
         try:
             step = self.next_step(kind, name, request, path=path, match_key=match_key)
         except ReplayDivergence as diverged:
             if live is None or self.fork_starter is None:
                 raise
-            return self._go_live(diverged).call(kind, name, request, live, path=path)
+            return self._go_live(diverged).call(kind, name, request, live, path=path,
+                                                match_key=match_key)
         return self.result_of(step)
+
+    @property
+    def can_go_live(self) -> bool:
+        """Whether the replay was opened with `on_divergence="live"`."""
+        return self.fork_starter is not None
+
+    def go_live(self, diverged: ReplayDivergence) -> Recorder:
+        """Start (or join) the forked run at this divergence and return its recorder.
+
+        For replay backends that make the live call themselves (a framework model that records
+        through its own callbacks) rather than through `next(live=...)`. Raises `diverged`
+        unless the replay was opened with `on_divergence="live"`.
+        """
+        if self.fork_starter is None:
+            raise diverged
+        return self._go_live(diverged)
 
     def _go_live(self, diverged: ReplayDivergence) -> Recorder:
         with self._fork_lock:

@@ -182,9 +182,14 @@ class Recorder:
             self._writer.submit(pending, embeddings)
         return number
 
+    @property
+    def closed(self) -> bool:
+        """True once the run is sealed: later steps are dropped (and counted)."""
+        return self._closed
+
     @contextlib.contextmanager
-    def _calling(self, kind: str, name: str, input: Any, path: str | None
-                 ) -> Iterator[_Outcome]:
+    def _calling(self, kind: str, name: str, input: Any, path: str | None,
+                 match_key: str | None = None) -> Iterator[_Outcome]:
         """Time the block one level deeper in the run tree; record its outcome or error."""
         where = path if path is not None else join_path(current_path(), f"{kind}:{name}")
         outcome = _Outcome()
@@ -197,27 +202,29 @@ class Recorder:
             # A cancelled call (timeout, task cancelled) is recorded too: replay must not serve
             # the result of the retry that followed it to the call that never finished.
             self.record(kind, name, input, error_to_record(exc), is_error=True, path=where,
-                        started_at=started, duration_ms=(time.perf_counter() - t0) * 1000)
+                        match_key=match_key, started_at=started,
+                        duration_ms=(time.perf_counter() - t0) * 1000)
             raise
-        self.record(kind, name, input, outcome.value, path=where, started_at=started,
-                    duration_ms=(time.perf_counter() - t0) * 1000)
+        self.record(kind, name, input, outcome.value, path=where, match_key=match_key,
+                    started_at=started, duration_ms=(time.perf_counter() - t0) * 1000)
 
     def call(self, kind: str, name: str, input: Any, fn: Callable[..., T], *args: Any,
-             path: str | None = None, **kwargs: Any) -> T:
+             path: str | None = None, match_key: str | None = None, **kwargs: Any) -> T:
         """Call `fn(*args, **kwargs)` and record its result, or its error (re-raised as is).
 
         The call runs one level deeper in the run tree (`kind:name`), so what it records itself
         (the clock, an embedding) is known to be inside it and is not expected again when the
-        call is replayed as a whole.
+        call is replayed as a whole. `match_key` is stored as with `record`.
         """
-        with self._calling(kind, name, input, path) as outcome:
+        with self._calling(kind, name, input, path, match_key) as outcome:
             outcome.value = fn(*args, **kwargs)
         return cast(T, outcome.value)
 
     async def acall(self, kind: str, name: str, input: Any, fn: Callable[..., Awaitable[T]],
-                    *args: Any, path: str | None = None, **kwargs: Any) -> T:
+                    *args: Any, path: str | None = None, match_key: str | None = None,
+                    **kwargs: Any) -> T:
         """Await `fn(*args, **kwargs)` and record its result or error, like `call`."""
-        with self._calling(kind, name, input, path) as outcome:
+        with self._calling(kind, name, input, path, match_key) as outcome:
             outcome.value = await fn(*args, **kwargs)
         return cast(T, outcome.value)
 

@@ -193,15 +193,18 @@ class Store:
         try:
             run = self.backend.get_run(rid)
         except RunNotFound as exc:
-            raise RunNotFound(rid, self._did_you_mean(str(rid))) from exc.__cause__
+            close = self._close_ids(str(rid))
+            if rid in close:  # written by the batched writer just now: read it again
+                return self._reap(self.backend.get_run(rid))
+            hint = ("did you mean " + ", ".join(str(c) for c in close) + "?") if close else (
+                "a run still being recorded with durability=\"batched\" is written in the "
+                "background: leave its record block, or call rec.flush(), before reading it")
+            raise RunNotFound(rid, hint) from exc.__cause__
         return self._reap(run)
 
-    def _did_you_mean(self, text: str) -> str:
+    def _close_ids(self, text: str) -> list[UUID]:
         finder = getattr(self.backend, "run_ids_like", None)
-        if finder is None:
-            return ""
-        close = finder(text[:4], 3)
-        return ("did you mean " + ", ".join(str(c) for c in close) + "?") if close else ""
+        return list(finder(text[:4], 3)) if finder is not None else []
 
     def _reap(self, run: Run) -> Run:
         if run.status != RunStatus.RECORDING:

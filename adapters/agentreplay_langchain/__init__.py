@@ -1,9 +1,29 @@
-"""agentreplay for LangChain / LangGraph (being built on the core: see the project issues).
+"""agentreplay for LangChain and LangGraph: record any chain, agent or graph; replay it offline.
 
-Importing it without langchain-core installed raises an ImportError naming the extra.
+Record by adding `RecordingCallbackHandler(recorder)` to a run's callbacks (or everything at
+once with `instrument(recorder)`); replay by swapping in `ReplayChatModel`, `ReplayTool`
+(`replay_tools`), `ReplayRetriever` and `ReplayEmbeddings`, or `ReplayMiddleware` for a
+`create_agent` agent.
+
+Example:
+    >>> from langchain_core.language_models import GenericFakeChatModel
+    >>> from langchain_core.messages import AIMessage
+    >>> from agentreplay_core import open_store
+    >>> from agentreplay_langchain import RecordingCallbackHandler, ReplayChatModel
+    >>> store = open_store("memory:")
+    >>> live = GenericFakeChatModel(messages=iter([AIMessage("Paris")]))
+    >>> with store.record(name="capital") as rec:
+    ...     answer = live.invoke("Capital of France?",
+    ...                          config={"callbacks": [RecordingCallbackHandler(rec)]})
+    >>> with store.replay(rec.run_id) as player:
+    ...     replayed = ReplayChatModel(player=player).invoke("Capital of France?")
+    >>> replayed.content, replayed.id == answer.id
+    ('Paris', True)
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 try:
     import langchain_core  # noqa: F401 - the framework this adapter needs
@@ -12,4 +32,51 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
         'agentreplay_langchain needs langchain-core: pip install "agentreplay[langchain]"'
     ) from exc
 
-__all__: list[str] = []
+from agentreplay_langchain._chat_model import ReplayChatModel
+from agentreplay_langchain._compat import SUPPORTED_LANGCHAIN_CORE
+from agentreplay_langchain._embeddings import RecordingEmbeddings, ReplayEmbeddings
+from agentreplay_langchain._handler import RecordingCallbackHandler
+from agentreplay_langchain._instrument import Instrumentation, instrument
+from agentreplay_langchain._llm import ReplayLLM
+from agentreplay_langchain._retriever import ReplayRetriever
+from agentreplay_langchain._served import AbandonedStreamReplayed
+from agentreplay_langchain._tools import (
+    ReplayTool,
+    areplay_tool_call,
+    replay_tool_call,
+    replay_tools,
+)
+from agentreplay_langchain._tree import RunTreeTracker
+
+
+def __getattr__(name: str) -> Any:
+    # The middleware needs the `langchain` package (1.x), which the rest does not.
+    if name == "ReplayMiddleware":
+        try:
+            from agentreplay_langchain._middleware import ReplayMiddleware
+        except ImportError as exc:
+            raise ImportError(
+                "ReplayMiddleware needs langchain 1.x (create_agent): pip install 'langchain>=1'"
+            ) from exc
+        return ReplayMiddleware
+    raise AttributeError(f"module 'agentreplay_langchain' has no attribute {name!r}")
+
+
+__all__ = [
+    "SUPPORTED_LANGCHAIN_CORE",
+    "AbandonedStreamReplayed",
+    "Instrumentation",
+    "RecordingCallbackHandler",
+    "RecordingEmbeddings",
+    "ReplayChatModel",
+    "ReplayEmbeddings",
+    "ReplayLLM",
+    "ReplayMiddleware",
+    "ReplayRetriever",
+    "ReplayTool",
+    "RunTreeTracker",
+    "areplay_tool_call",
+    "instrument",
+    "replay_tool_call",
+    "replay_tools",
+]

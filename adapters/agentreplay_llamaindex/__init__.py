@@ -1,4 +1,16 @@
-"""agentreplay for LlamaIndex (being built on the core: see the project issues).
+"""agentreplay for LlamaIndex: record query engines and agents, replay them offline.
+
+Example (record a run, then replay it with no model behind it):
+
+    >>> from llama_index.core.llms import MockLLM
+    >>> from agentreplay_core import open_store
+    >>> from agentreplay_llamaindex import ReplayLLM, instrument
+    >>> store = open_store("memory:")
+    >>> with store.record(name="hello") as rec, instrument(rec):
+    ...     live = MockLLM(max_tokens=3).complete("Say hello").text
+    >>> with store.replay(rec.run_id) as player:
+    ...     ReplayLLM(player=player).complete("Say hello").text == live
+    True
 
 Importing it without llama-index-core installed raises an ImportError naming the extra.
 """
@@ -12,4 +24,27 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
         'agentreplay_llamaindex needs llama-index-core: pip install "agentreplay[llamaindex]"'
     ) from exc
 
-__all__: list[str] = []
+from agentreplay_llamaindex._compat import SUPPORTED_VERSIONS
+from agentreplay_llamaindex._handlers import RecordingEventHandler, RecordingSpanHandler
+from agentreplay_llamaindex._instrument import Instrumentation, instrument
+from agentreplay_llamaindex._recording_tool import RecordingTool, recording_tools
+from agentreplay_llamaindex._replay_embedding import ReplayEmbedding
+from agentreplay_llamaindex._replay_llm import ReplayLLM
+from agentreplay_llamaindex._replay_retriever import ReplayReranker, ReplayRetriever
+from agentreplay_llamaindex._replay_tools import ReplayTool, replay_tools
+
+__all__ = [
+    "SUPPORTED_VERSIONS",
+    "Instrumentation",
+    "RecordingEventHandler",
+    "RecordingSpanHandler",
+    "RecordingTool",
+    "ReplayEmbedding",
+    "ReplayLLM",
+    "ReplayReranker",
+    "ReplayRetriever",
+    "ReplayTool",
+    "instrument",
+    "recording_tools",
+    "replay_tools",
+]

@@ -1,0 +1,168 @@
+"""ReplayChatModel: a real LangChain chat model that answers from a recorded run."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from typing import Any, cast
+
+from langchain_core.callbacks import (
+    AsyncCallbackManagerForLLMRun,
+    CallbackManagerForLLMRun,
+)
+from langchain_core.language_models import BaseChatModel, LanguageModelInput
+from langchain_core.language_models.base import LangSmithParams
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.outputs import ChatGenerationChunk, ChatResult
+from langchain_core.runnables import Runnable
+from langchain_core.tools import BaseTool
+from langchain_core.utils.function_calling import convert_to_openai_tool
+from pydantic import ConfigDict, Field
+
+from agentreplay_core import Player, Step, decode
+from agentreplay_core._keys import current_path
+from agentreplay_langchain._compat import format_for_tracing
+from agentreplay_langchain._convert import chat_request
+from agentreplay_langchain._handler import CHAT_MODEL
+from agentreplay_langchain._served import (
+    chat_chunks,
+    chat_generations,
+    error_of,
+    wait_if_cancelled,
+)
+from agentreplay_langchain._structured import structured_output
+from agentreplay_langchain._tree import tracked_path
+
+RunManager = CallbackManagerForLLMRun | AsyncCallbackManagerForLLMRun
+
+
+class ReplayChatModel(BaseChatModel):
+    """Answers every call with the recorded response of the same call in a recorded run.
+
+    It is a real `BaseChatModel`: invoke, batch, stream (re-emitting the recorded chunks, so
+    token callbacks and LangGraph's `stream_mode="messages"` see the same tokens), `bind_tools`
+    and `with_structured_output` work as with the recorded model, and the returned messages are
+    fresh copies with the recorded ids, tool calls, usage and metadata. A call that streamed
+    while recording fires the same token callbacks when it is invoked (as a model created with
+    `streaming=True` does). A call the recording does not hold raises `ReplayDivergence`;
+    nothing ever goes to the network.
+
+    Example:
+        >>> model = ReplayChatModel(player=player)  # doctest: +SKIP
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    player: Player = Field(exclude=True)
+    #: a replay must never answer from LangChain's cache
+    cache: bool | None = False
+
+    @property
+    def _llm_type(self) -> str:
+        return "agentreplay-replay"
+
+    @property
+    def _identifying_params(self) -> dict[str, Any]:
+        return {"replayed_run_id": str(self.player.run_id)}
+
+    def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
+        params = super()._get_ls_params(stop=stop, **kwargs)
+        params["ls_provider"] = "agentreplay"
+        model = kwargs.get("model")
+        params["ls_model_name"] = model if isinstance(model, str) else "replay"
+        return params
+
+    def _step(self, messages: list[BaseMessage], stop: list[str] | None,
+              run_manager: RunManager | None, kwargs: dict[str, Any]) -> tuple[Step, Any]:
+        if run_manager is not None:
+            path = tracked_path(run_manager.handlers, run_manager.run_id)
+        else:
+            path = _streaming_path()
+        request = chat_request(format_for_tracing(messages), kwargs.get("tools"), stop)
+        step = self.player.next_step("llm", CHAT_MODEL, request, path=path)
+        return step, decode(step.output)
+
+    def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                  run_manager: CallbackManagerForLLMRun | None = None,
+                  **kwargs: Any) -> ChatResult:
+        step, output = self._step(messages, stop, run_manager, kwargs)
+        if run_manager is not None and "chunks" in output:
+            for chunk in chat_chunks(output):
+                run_manager.on_llm_new_token(_token(chunk), chunk=chunk)
+        if step.is_error:
+            raise error_of(step, output)
+        return ChatResult(generations=chat_generations(output),
+                          llm_output=output.get("llm_output"))
+
+    async def _agenerate(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                         run_manager: AsyncCallbackManagerForLLMRun | None = None,
+                         **kwargs: Any) -> ChatResult:
+        step, output = self._step(messages, stop, run_manager, kwargs)
+        if run_manager is not None and "chunks" in output:
+            for chunk in chat_chunks(output):
+                await run_manager.on_llm_new_token(_token(chunk), chunk=chunk)
+        if step.is_error:
+            await wait_if_cancelled(output)
+            raise error_of(step, output)
+        return ChatResult(generations=chat_generations(output),
+                          llm_output=output.get("llm_output"))
+
+    def _stream(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                run_manager: CallbackManagerForLLMRun | None = None,
+                **kwargs: Any) -> Iterator[ChatGenerationChunk]:
+        # LangChain's own stream() fires on_llm_new_token for each chunk yielded here
+        step, output = self._step(messages, stop, run_manager, kwargs)
+        chunks = chat_chunks(output)
+        yield from chunks
+        if step.is_error:
+            raise error_of(step, output, len(chunks))
+
+    async def _astream(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                       run_manager: AsyncCallbackManagerForLLMRun | None = None,
+                       **kwargs: Any) -> AsyncIterator[ChatGenerationChunk]:
+        step, output = self._step(messages, stop, run_manager, kwargs)
+        chunks = chat_chunks(output)
+        for chunk in chunks:
+            yield chunk
+        if step.is_error:
+            await wait_if_cancelled(output)
+            raise error_of(step, output, len(chunks))
+
+    def bind_tools(
+        self,
+        tools: Sequence[dict[str, Any] | type | Callable[..., Any] | BaseTool],
+        *,
+        tool_choice: str | None = None,
+        strict: bool | None = None,
+        **kwargs: Any,
+    ) -> Runnable[LanguageModelInput, AIMessage]:
+        """Bind tools as an OpenAI-style model does (`strict` shapes the schemas as it does
+        there); other keyword arguments are forwarded."""
+        formatted = [convert_to_openai_tool(tool, strict=strict) for tool in tools]
+        if tool_choice is not None:
+            kwargs["tool_choice"] = tool_choice
+        return self.bind(tools=formatted, **kwargs)
+
+    def with_structured_output(
+        self, schema: dict[str, Any] | type, *, include_raw: bool = False,
+        method: str | None = None, **kwargs: Any,
+    ) -> Runnable[LanguageModelInput, Any]:
+        """Structured output the way the recording got it: from a tool call (function calling)
+        or from JSON in the content (json_schema / json_mode), and with the recorded `strict`
+        (it changes the bound tool's schema); `method` and `strict` override the guess."""
+        return structured_output(self, schema, include_raw=include_raw, method=method,
+                                 strict=kwargs.get("strict"))
+
+
+def _token(chunk: ChatGenerationChunk) -> str:
+    # what LangChain passes as the token: the content as it is (a list of blocks for some
+    # providers), not its string form
+    return cast(str, chunk.message.content)
+
+
+def _streaming_path() -> str | None:
+    """The path of a streamed call. LangChain does not pass the run manager to `_stream`, but a
+    run-tree tracker has made the model's own path the current one when the run started."""
+    path = current_path()
+    return path if path.rpartition("/")[2].startswith("chat_model:") else None
+
+

@@ -1,0 +1,159 @@
+"""Pure conversions between LangChain objects and what agentreplay stores.
+
+Results are stored with `langchain_core.load.dumpd` inside a versioned envelope (the format is
+the same on langchain-core 0.3 and 1.x and keeps tool calls, usage and ids) and revived with an
+explicit allow-list. Requests are stored as plain views without volatile fields, so that the
+match key of a call is the same whenever the agent makes the same call.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import Any
+
+from langchain_core.documents import Document
+from langchain_core.load import dumpd, load
+from langchain_core.load.serializable import Serializable
+from langchain_core.messages import (
+    AIMessage,
+    AIMessageChunk,
+    BaseMessage,
+    ChatMessage,
+    ChatMessageChunk,
+    FunctionMessage,
+    FunctionMessageChunk,
+    HumanMessage,
+    HumanMessageChunk,
+    SystemMessage,
+    SystemMessageChunk,
+    ToolMessage,
+    ToolMessageChunk,
+)
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, Generation, GenerationChunk
+from langchain_core.utils.function_calling import convert_to_openai_tool
+
+from agentreplay_langchain._compat import load_kwargs
+
+#: marks a LangChain object stored with dumpd; the number is the envelope's format version
+ENVELOPE = "agentreplay.langchain"
+ENVELOPE_VERSION = 1
+
+#: the only classes a recording may revive: results, never models, prompts or anything that
+#: carries configuration (a tampered recording must not be able to build a client)
+ALLOWED_CLASSES: tuple[type[Serializable], ...] = (
+    AIMessage, AIMessageChunk, HumanMessage, HumanMessageChunk, SystemMessage,
+    SystemMessageChunk, ToolMessage, ToolMessageChunk, ChatMessage, ChatMessageChunk,
+    FunctionMessage, FunctionMessageChunk, ChatGeneration, ChatGenerationChunk, Generation,
+    GenerationChunk, Document,
+)
+_LOAD_KWARGS = load_kwargs(ALLOWED_CLASSES)
+# `load` warns "beta" on every call; the undecorated function skips only that warning (the
+# format it reads is what the envelope version pins)
+_load = getattr(load, "__wrapped__", load)
+
+
+def dump(value: Any) -> Any:
+    """A LangChain result as stored: allow-listed objects in an envelope, anything else (a
+    LangGraph Command, a plain tool result) as is, for the core codec."""
+    if isinstance(value, ToolMessage) and value.artifact is not None:
+        # dumpd cannot keep arbitrary artifacts; the core codec keeps far more of them
+        bare = value.model_copy(update={"artifact": None})
+        return {ENVELOPE: ENVELOPE_VERSION, "dumpd": dumpd(bare), "artifact": value.artifact}
+    if isinstance(value, ALLOWED_CLASSES):
+        return {ENVELOPE: ENVELOPE_VERSION, "dumpd": dumpd(value)}
+    if isinstance(value, list) and value and all(isinstance(v, ALLOWED_CLASSES) for v in value):
+        return [dump(v) for v in value]
+    return copy.deepcopy(value)
+
+
+def revive(stored: Any) -> Any:
+    """The inverse of `dump`: fresh objects each call."""
+    if isinstance(stored, dict) and ENVELOPE in stored:
+        version = stored[ENVELOPE]
+        if version != ENVELOPE_VERSION:
+            raise ValueError(
+                f"recorded LangChain object has envelope version {version!r}; this agentreplay "
+                f"reads version {ENVELOPE_VERSION}: upgrade agentreplay to replay it")
+        value = _load(stored["dumpd"], **_LOAD_KWARGS)
+        if "artifact" in stored and isinstance(value, ToolMessage):
+            value.artifact = stored["artifact"]
+        return value
+    if isinstance(stored, list):
+        return [revive(v) for v in stored]
+    return stored
+
+
+# -- requests -------------------------------------------------------------------------------
+
+def message_view(message: BaseMessage) -> dict[str, Any]:
+    """What of a message the model sees, without ids and response metadata (volatile)."""
+    view: dict[str, Any] = {"type": message.type, "content": copy.deepcopy(message.content)}
+    if message.name:
+        view["name"] = message.name
+    if message.additional_kwargs:
+        view["additional_kwargs"] = copy.deepcopy(message.additional_kwargs)
+    if isinstance(message, AIMessage):
+        if message.tool_calls:
+            view["tool_calls"] = [
+                {"name": c["name"], "args": copy.deepcopy(c["args"]), "id": c.get("id")}
+                for c in message.tool_calls]
+        if message.invalid_tool_calls:
+            view["invalid_tool_calls"] = [
+                {k: c.get(k) for k in ("name", "args", "id", "error")}
+                for c in message.invalid_tool_calls]
+    if isinstance(message, ToolMessage):
+        view["tool_call_id"] = message.tool_call_id
+        view["status"] = message.status
+    if isinstance(message, ChatMessage):
+        view["role"] = message.role
+    return view
+
+
+def tool_view(tool: Any) -> Any:
+    """A bound tool as {name, description, parameters}, whatever format the model bound it in
+    (OpenAI, Anthropic, a BaseTool, a pydantic class, a function)."""
+    try:
+        function = convert_to_openai_tool(tool).get("function", {})
+    except Exception:
+        return copy.deepcopy(tool) if isinstance(tool, dict) else repr(tool)
+    return {"name": function.get("name"), "description": function.get("description", ""),
+            "parameters": copy.deepcopy(function.get("parameters", {}))}
+
+
+def chat_request(messages: Sequence[BaseMessage], tools: Any, stop: Any) -> dict[str, Any]:
+    """The request of a chat-model call as stored and matched.
+
+    Only what the agent's own code decides goes in: the messages, the bound tools and stop
+    sequences. Provider-specific parameters (model name, temperature, tool_choice as the
+    provider rewrote it) are stored with the result, so that a replay model that does not know
+    them still matches.
+    """
+    request: dict[str, Any] = {"messages": [message_view(m) for m in messages]}
+    if tools:
+        request["tools"] = [tool_view(t) for t in tools]
+    if stop:
+        request["stop"] = list(stop)
+    return request
+
+
+def llm_request(prompt: str, stop: Any) -> dict[str, Any]:
+    """The request of a text-completion call."""
+    request: dict[str, Any] = {"prompt": prompt}
+    if stop:
+        request["stop"] = list(stop)
+    return request
+
+
+def tool_request(inputs: Any) -> dict[str, Any]:
+    """The request of a tool call: its arguments as `on_tool_start` saw them."""
+    return {"input": copy.deepcopy(inputs)}
+
+
+def retriever_request(query: str) -> dict[str, Any]:
+    return {"query": query}
+
+
+def embedding_request(mode: str, texts: Sequence[str]) -> dict[str, Any]:
+    """`mode` is "query" (embed_query) or "documents" (embed_documents)."""
+    return {"mode": mode, "texts": list(texts)}

@@ -1,0 +1,118 @@
+"""Embeddings have no LangChain callback: a recording wrapper and a replay backend."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime, timezone
+from typing import Any, TypeVar
+
+from langchain_core.embeddings import Embeddings
+
+from agentreplay_core import Player, Recorder
+from agentreplay_core._recorded_errors import error_to_record
+from agentreplay_langchain._convert import embedding_request
+
+T = TypeVar("T")
+
+#: the step name of embedding calls unless a name is given (use one per embedding model when
+#: an agent uses several)
+EMBEDDINGS = "embeddings"
+
+
+def _floats(vectors: Any) -> list[list[float]]:
+    """Vectors as exact float64 lists (a numpy float32 array becomes the same values)."""
+    return [[float(x) for x in vector] for vector in vectors]
+
+
+class RecordingEmbeddings(Embeddings):
+    """Wraps an `Embeddings` and records every call with its exact vectors (also stored as
+    pgvector rows). Calls made while a recorded retriever or tool runs are recorded inside it,
+    so that replaying the retriever does not expect them again."""
+
+    def __init__(self, inner: Embeddings, recorder: Recorder, *, name: str = EMBEDDINGS) -> None:
+        self.inner = inner
+        self.recorder = recorder
+        self.name = name
+
+    def _record(self, mode: str, texts: Sequence[str], call: Callable[[], T]) -> T:
+        request = embedding_request(mode, texts)
+        started, t0 = datetime.now(timezone.utc), time.perf_counter()
+        try:
+            result = call()
+        except Exception as exc:
+            self._store_error(request, exc, started, t0)
+            raise
+        self._store(request, mode, result, started, t0)
+        return result
+
+    async def _arecord(self, mode: str, texts: Sequence[str],
+                       call: Callable[[], Awaitable[T]]) -> T:
+        request = embedding_request(mode, texts)
+        started, t0 = datetime.now(timezone.utc), time.perf_counter()
+        try:
+            result = await call()
+        except (Exception, asyncio.CancelledError) as exc:
+            # a cancelled call (a timeout) is recorded too, so that replay does not hand the
+            # result of the retry that followed to the call that never finished
+            self._store_error(request, exc, started, t0)
+            raise
+        self._store(request, mode, result, started, t0)
+        return result
+
+    def _store_error(self, request: dict[str, Any], exc: BaseException, started: datetime,
+                     t0: float) -> None:
+        self.recorder.record("embedding", self.name, request, error_to_record(exc),
+                             is_error=True, started_at=started,
+                             duration_ms=(time.perf_counter() - t0) * 1000)
+
+    def _store(self, request: dict[str, Any], mode: str, result: Any, started: datetime,
+               t0: float) -> None:
+        try:
+            output: Any = _floats(result) if mode == "documents" else _floats([result])[0]
+        except Exception:
+            output = result  # not vectors of numbers: stored as it is (or marked unencodable)
+        self.recorder.record("embedding", self.name, request, output, started_at=started,
+                             duration_ms=(time.perf_counter() - t0) * 1000)
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return self._record("documents", texts, lambda: self.inner.embed_documents(texts))
+
+    def embed_query(self, text: str) -> list[float]:
+        return self._record("query", [text], lambda: self.inner.embed_query(text))
+
+    async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
+        return await self._arecord("documents", texts,
+                                   lambda: self.inner.aembed_documents(texts))
+
+    async def aembed_query(self, text: str) -> list[float]:
+        return await self._arecord("query", [text], lambda: self.inner.aembed_query(text))
+
+
+class ReplayEmbeddings(Embeddings):
+    """Returns the recorded vectors, bit for bit, for the same texts in the same mode."""
+
+    def __init__(self, player: Player, *, name: str = EMBEDDINGS) -> None:
+        self.player = player
+        self.name = name
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        result: list[list[float]] = self.player.next(
+            "embedding", self.name, embedding_request("documents", texts))
+        return result
+
+    def embed_query(self, text: str) -> list[float]:
+        result: list[float] = self.player.next("embedding", self.name,
+                                               embedding_request("query", [text]))
+        return result
+
+    async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
+        result: list[list[float]] = await self.player.anext(
+            "embedding", self.name, embedding_request("documents", texts))
+        return result
+
+    async def aembed_query(self, text: str) -> list[float]:
+        result: list[float] = await self.player.anext(
+            "embedding", self.name, embedding_request("query", [text]))
+        return result

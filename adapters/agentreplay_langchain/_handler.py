@@ -1,0 +1,215 @@
+"""RecordingCallbackHandler: records what a LangChain agent's models, tools and retrievers
+returned, from the callbacks LangChain already fires."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, TypeVar, cast
+from uuid import UUID
+
+from agentreplay_core import Recorder, SerializationError, encode
+from agentreplay_core._recorded_errors import error_to_record
+from agentreplay_langchain._convert import (
+    chat_request,
+    dump,
+    llm_request,
+    retriever_request,
+    tool_request,
+)
+from agentreplay_langchain._tree import RunTreeTracker
+
+log = logging.getLogger("agentreplay")
+F = TypeVar("F", bound=Callable[..., None])
+
+#: step names of model calls; the replay models use the same ones whatever the original class
+CHAT_MODEL = "chat_model"
+TEXT_LLM = "llm"
+
+
+@dataclass
+class _Call:
+    kind: str
+    name: str
+    request: Any
+    path: str
+    started: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    t0: float = field(default_factory=time.perf_counter)
+    chunks: list[Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _plain(value: Any) -> Any:
+    """`value` if the core can store it, else its repr: side information (model parameters)
+    must never make the result it travels with unstorable."""
+    try:
+        encode(value)
+    except SerializationError:
+        return repr(value)
+    return value
+
+
+def _guarded(method: F) -> F:
+    """Recording never raises into the agent: a failure is logged and counted."""
+    @functools.wraps(method)
+    def wrapper(self: RecordingCallbackHandler, *args: Any, **kwargs: Any) -> None:
+        try:
+            method(self, *args, **kwargs)
+        except Exception:
+            self.recorder.stats.internal_errors += 1
+            log.exception("agentreplay: run %s: recording callback %s failed",
+                          self.recorder.run_id, method.__name__)
+    return cast(F, wrapper)
+
+
+class RecordingCallbackHandler(RunTreeTracker):
+    """Records model, tool and retriever calls of any chain, agent or LangGraph graph.
+
+    Add it with `config={"callbacks": [RecordingCallbackHandler(recorder)]}` or attach it to
+    everything with `instrument(recorder)`. Values are serialised when the event fires (LangChain
+    mutates some objects later) and handed to the recorder, which does no I/O in the caller.
+    """
+
+    raise_error = False
+
+    def __init__(self, recorder: Recorder, *, root_path: str = "") -> None:
+        super().__init__(root_path=root_path)
+        self.recorder = recorder
+        self._lock = threading.Lock()
+        self._calls: dict[UUID, _Call] = {}
+
+    def _begin(self, run_id: UUID, call: _Call) -> None:
+        with self._lock:
+            self._calls[run_id] = call
+
+    def _take(self, run_id: UUID) -> _Call | None:
+        with self._lock:
+            return self._calls.pop(run_id, None)
+
+    def _finish(self, run_id: UUID, output: Any, *, is_error: bool = False) -> None:
+        self._leave(run_id)
+        call = self._take(run_id)
+        if call is None:
+            return
+        self.recorder.record(
+            call.kind, call.name, call.request, output, is_error=is_error, path=call.path,
+            started_at=call.started, duration_ms=(time.perf_counter() - call.t0) * 1000)
+
+    # -- models ----------------------------------------------------------------------------
+
+    def _model_info(self, serialized: dict[str, Any] | None, kwargs: dict[str, Any],
+                    metadata: dict[str, Any] | None) -> dict[str, Any]:
+        params = dict(kwargs.get("invocation_params") or {})
+        params.pop("tools", None)  # in the request already
+        meta = metadata or {}
+        ident = (serialized or {}).get("id")
+        return cast(dict[str, Any], _plain({
+            "class": ".".join(ident) if isinstance(ident, list) else None,
+            "ls_provider": meta.get("ls_provider"),
+            "ls_model_name": meta.get("ls_model_name"),
+            "invocation_params": params,
+            "options": kwargs.get("options") or {},
+        }))
+
+    @_guarded
+    def on_chat_model_start(self, serialized: dict[str, Any], messages: Any, *, run_id: UUID,
+                            parent_run_id: UUID | None = None, tags: list[str] | None = None,
+                            metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        path = self._enter("chat_model", serialized, run_id, parent_run_id, tags, kwargs)
+        params = kwargs.get("invocation_params") or {}
+        request = chat_request(messages[0], params.get("tools"), params.get("stop"))
+        self._begin(run_id, _Call("llm", CHAT_MODEL, request, path, extra={
+            "model": self._model_info(serialized, kwargs, metadata)}))
+
+    @_guarded
+    def on_llm_start(self, serialized: dict[str, Any], prompts: list[str], *, run_id: UUID,
+                     parent_run_id: UUID | None = None, tags: list[str] | None = None,
+                     metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        path = self._enter("llm", serialized, run_id, parent_run_id, tags, kwargs)
+        params = kwargs.get("invocation_params") or {}
+        self._begin(run_id, _Call("llm", TEXT_LLM, llm_request(prompts[0], params.get("stop")),
+                                  path, extra={"model": self._model_info(serialized, kwargs,
+                                                                         metadata)}))
+
+    @_guarded
+    def on_llm_new_token(self, token: Any, *, chunk: Any = None, run_id: UUID,
+                         parent_run_id: UUID | None = None, tags: list[str] | None = None,
+                         **kwargs: Any) -> None:
+        with self._lock:
+            call = self._calls.get(run_id)
+            if call is not None:
+                if call.chunks is None:
+                    call.chunks = []
+                call.chunks.append(dump(chunk) if chunk is not None else {"token": token})
+
+    def _model_output(self, run_id: UUID) -> dict[str, Any]:
+        with self._lock:
+            call = self._calls.get(run_id)
+            if call is None:
+                return {}
+            output: dict[str, Any] = {"model": call.extra.get("model")}
+            if call.chunks is not None:
+                output["chunks"] = call.chunks
+            return output
+
+    @_guarded
+    def on_llm_end(self, response: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        output = self._model_output(run_id)
+        generations = response.generations[0] if response.generations else []
+        output["generations"] = [dump(g) for g in generations]
+        output["llm_output"] = _plain(response.llm_output)
+        self._finish(run_id, output)
+
+    @_guarded
+    def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        output = self._model_output(run_id)
+        output["error"] = error_to_record(error)
+        # a consumer that stops reading a stream closes it: LangChain reports GeneratorExit
+        output["abandoned"] = isinstance(error, GeneratorExit)
+        self._finish(run_id, output, is_error=True)
+
+    # -- tools -----------------------------------------------------------------------------
+
+    @_guarded
+    def on_tool_start(self, serialized: dict[str, Any], input_str: str, *, run_id: UUID,
+                      parent_run_id: UUID | None = None, tags: list[str] | None = None,
+                      inputs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        path = self._enter("tool", serialized, run_id, parent_run_id, tags, kwargs)
+        name = str((serialized or {}).get("name") or kwargs.get("name") or "tool")
+        request = tool_request(inputs if inputs is not None else input_str)
+        self._begin(run_id, _Call("tool", name, request, path,
+                                  extra={"tool_call_id": kwargs.get("tool_call_id")}))
+
+    @_guarded
+    def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        with self._lock:
+            call = self._calls.get(run_id)
+            call_id = call.extra.get("tool_call_id") if call else None
+        call_id = call_id or getattr(output, "tool_call_id", None)
+        self._finish(run_id, {"result": dump(output), "tool_call_id": call_id})
+
+    @_guarded
+    def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        self._finish(run_id, error_to_record(error), is_error=True)
+
+    # -- retrievers ------------------------------------------------------------------------
+
+    @_guarded
+    def on_retriever_start(self, serialized: dict[str, Any], query: str, *, run_id: UUID,
+                           parent_run_id: UUID | None = None, tags: list[str] | None = None,
+                           **kwargs: Any) -> None:
+        path = self._enter("retriever", serialized, run_id, parent_run_id, tags, kwargs)
+        self._begin(run_id, _Call("retriever", "retriever", retriever_request(query), path))
+
+    @_guarded
+    def on_retriever_end(self, documents: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        self._finish(run_id, [dump(d) for d in documents])
+
+    @_guarded
+    def on_retriever_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        self._finish(run_id, error_to_record(error), is_error=True)

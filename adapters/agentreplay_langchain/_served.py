@@ -1,0 +1,123 @@
+"""Turning a recorded model step back into what LangChain expects from a model."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, BaseMessageChunk
+from langchain_core.messages.tool import tool_call_chunk
+from langchain_core.messages.utils import message_chunk_to_message
+from langchain_core.outputs import (
+    ChatGeneration,
+    ChatGenerationChunk,
+    Generation,
+    GenerationChunk,
+)
+
+from agentreplay_core import AgentReplayError, Step
+from agentreplay_core._recorded_errors import error_from_record, is_cancellation
+from agentreplay_langchain._convert import revive
+
+
+class AbandonedStreamReplayed(AgentReplayError):
+    """The recorded stream was closed by its consumer part-way, so what came after is unknown."""
+
+
+def error_of(step: Step, output: dict[str, Any], served_chunks: int | None = None
+             ) -> BaseException:
+    """The exception a recorded failed model call raises again."""
+    if output.get("abandoned"):
+        told = "" if served_chunks is None else f" after {served_chunks} chunk(s)"
+        return AbandonedStreamReplayed(
+            f"run {step.run_id}, step {step.step} ({step.kind} {step.name!r}): the recorded "
+            f"stream was abandoned by its consumer{told}; the replay asked for more than was "
+            "recorded. Stop reading the stream where the recorded run did.")
+    return error_from_record(output.get("error"))
+
+
+async def wait_if_cancelled(output: dict[str, Any]) -> None:
+    """A call that was cancelled while recording (a timeout) never completes here either, so
+    the caller's same timeout fires again."""
+    if is_cancellation(output.get("error")):
+        await asyncio.Event().wait()
+
+
+def chat_generations(output: dict[str, Any]) -> list[ChatGeneration]:
+    """The recorded generations as a model's `_generate` returns them (whole messages, also
+    when the recorded call streamed and LangChain stored the merged chunk)."""
+    result: list[ChatGeneration] = []
+    for stored in output.get("generations", []):
+        generation = revive(stored)
+        message = generation.message
+        if isinstance(message, BaseMessageChunk):
+            message = message_chunk_to_message(message)
+        result.append(ChatGeneration(message=message, generation_info=generation.generation_info))
+    return result
+
+
+#: langchain-core 1.x marks a stream's last chunk; `stream()` appends an empty one with a fresh
+#: run id unless the model's last chunk says it is the last
+_LAST_CHUNK: dict[str, Any] = (
+    {"chunk_position": "last"} if "chunk_position" in AIMessageChunk.model_fields else {})
+
+
+def _chunk_of_message(message: BaseMessage) -> AIMessageChunk:
+    """One stream chunk carrying a whole recorded message, tool calls included (LangChain's own
+    fakes drop them when streaming), marked as the stream's last chunk."""
+    if not isinstance(message, AIMessage):
+        return AIMessageChunk(content=message.content, id=message.id, **_LAST_CHUNK)
+    # Invalid tool calls are left out: LangChain re-parses the arguments of streamed calls
+    # leniently, so a call recorded as invalid (cut-off JSON) would come back as a valid one.
+    calls = [tool_call_chunk(name=call["name"], args=json.dumps(call["args"]),
+                             id=call.get("id"), index=index)
+             for index, call in enumerate(message.tool_calls)]
+    return AIMessageChunk(
+        content=message.content,
+        id=message.id,
+        name=message.name,
+        additional_kwargs=message.additional_kwargs,
+        response_metadata=message.response_metadata,
+        usage_metadata=message.usage_metadata,
+        tool_call_chunks=calls,
+        **_LAST_CHUNK,
+    )
+
+
+def chat_chunks(output: dict[str, Any]) -> list[ChatGenerationChunk]:
+    """The recorded stream chunks, or one chunk holding the whole result of a call that was
+    recorded without streaming."""
+    stored = output.get("chunks")
+    if stored is not None:
+        chunks = []
+        for item in stored:
+            if isinstance(item, dict) and set(item) == {"token"}:
+                chunks.append(ChatGenerationChunk(message=AIMessageChunk(content=item["token"])))
+            else:
+                chunks.append(revive(item))
+        return chunks
+    return [ChatGenerationChunk(message=_chunk_of_message(g.message),
+                                generation_info=g.generation_info)
+            for g in chat_generations(output)[:1]]
+
+
+def text_generations(output: dict[str, Any]) -> list[Generation]:
+    result = []
+    for stored in output.get("generations", []):
+        generation = revive(stored)
+        if isinstance(generation, GenerationChunk):
+            generation = Generation(text=generation.text,
+                                    generation_info=generation.generation_info)
+        result.append(generation)
+    return result
+
+
+def text_chunks(output: dict[str, Any]) -> list[GenerationChunk]:
+    stored = output.get("chunks")
+    if stored is not None:
+        return [GenerationChunk(text=item["token"])
+                if isinstance(item, dict) and set(item) == {"token"} else revive(item)
+                for item in stored]
+    return [GenerationChunk(text=g.text, generation_info=g.generation_info)
+            for g in text_generations(output)[:1]]

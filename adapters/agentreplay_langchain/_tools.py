@@ -1,0 +1,174 @@
+"""ReplayTool: a tool with the original's name, description and schema that answers from the
+recording and never runs the original."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.callbacks import (
+    AsyncCallbackManagerForToolRun,
+    CallbackManagerForToolRun,
+)
+from langchain_core.messages import ToolMessage
+from langchain_core.tools import BaseTool, Tool
+from pydantic import ConfigDict, Field
+
+from agentreplay_core import Player
+from agentreplay_langchain._compat import tool_start_inputs
+from agentreplay_langchain._convert import revive, tool_request
+from agentreplay_langchain._tree import tracked_path
+
+
+@dataclass
+class _Invocation:
+    request: Any
+    tool_call_id: str | None = None
+    served: bool = False
+
+
+# The request is taken from the raw tool input in run()/arun(), as on_tool_start saw it while
+# recording; _run only gets arguments after validation (defaults filled in).
+_invocation: ContextVar[_Invocation | None] = ContextVar("agentreplay_tool_call", default=None)
+
+#: BaseTool fields a replay copies from the original (`extras` exists from langchain-core 1.x)
+_COPIED = tuple(f for f in ("return_direct", "response_format", "handle_validation_error",
+                            "handle_tool_error", "tags", "metadata", "extras")
+                if f in BaseTool.model_fields)
+
+
+class ReplayTool(BaseTool):
+    """Serves a tool's recorded results (content, artifact, status, errors).
+
+    Build one with `ReplayTool.from_tool(original, player)` or `replay_tools(player, tools)`.
+    A tool call gets the recorded `ToolMessage` back whole (status, artifact, name, id and
+    metadata as recorded, handled errors included, so no error handler runs again); a recorded
+    exception is raised again.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    player: Player = Field(exclude=True)
+
+    @classmethod
+    def from_tool(cls, tool: BaseTool, player: Player) -> ReplayTool:
+        if isinstance(tool, ReplayTool):
+            return tool
+        fields: dict[str, Any] = {f: getattr(tool, f) for f in _COPIED}
+        fields.update(name=tool.name, description=tool.description, player=player)
+        if isinstance(tool, Tool) and not tool.args_schema:
+            # a legacy single-input tool: models see one string argument `__arg1`, which only
+            # a `Tool` shows them; its input handling is the same as the original's
+            return _ReplaySingleInputTool(func=None, **fields)
+        # a tool without args_schema has the schema of its `_run` signature: keep that one, so
+        # that the model sees the same tool and arguments are validated the same way
+        schema = tool.args_schema if tool.args_schema is not None else tool.get_input_schema()
+        return cls(args_schema=schema, **fields)
+
+    def _serve(self, run_manager: CallbackManagerForToolRun | AsyncCallbackManagerForToolRun
+               | None, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        invocation = _invocation.get()
+        if invocation is None:  # _run called directly: take the arguments as they came
+            invocation = _Invocation(tool_request(args[0] if len(args) == 1 and not kwargs
+                                                  else kwargs))
+        invocation.served = True
+        path = tracked_path(run_manager.handlers, run_manager.run_id) if run_manager else None
+        output = self.player.next("tool", self.name, invocation.request, path=path)
+        result = revive(output["result"]) if isinstance(output, dict) else output
+        artifacts = self.response_format == "content_and_artifact"
+        if isinstance(result, ToolMessage):
+            if invocation.tool_call_id is not None:
+                # BaseTool returns a ToolMessage it gets from _run as it is: the recorded one,
+                # answering this call
+                result.tool_call_id = invocation.tool_call_id
+                return (result, None) if artifacts else result
+            # called without a tool call, the tool returned its content (also when handled)
+            return (result.content, result.artifact) if artifacts else result.content
+        return (result, None) if artifacts else result
+
+    def _run(self, *args: Any, run_manager: CallbackManagerForToolRun | None = None,
+             **kwargs: Any) -> Any:
+        return self._serve(run_manager, args, kwargs)
+
+    async def _arun(self, *args: Any, run_manager: AsyncCallbackManagerForToolRun | None = None,
+                    **kwargs: Any) -> Any:
+        return self._serve(run_manager, args, kwargs)
+
+    def _unserved(self, invocation: _Invocation) -> None:
+        """The call never reached _run (its arguments failed validation, as they did while
+        recording): the recorded step of it is used up all the same."""
+        if not invocation.served:
+            self.player.next_step("tool", self.name, invocation.request)
+
+    def _start(self, tool_input: str | dict[str, Any], kwargs: dict[str, Any]
+                    ) -> _Invocation:
+        return _Invocation(tool_request(tool_start_inputs(self, tool_input)),
+                           tool_call_id=kwargs.get("tool_call_id"))
+
+    def run(self, tool_input: str | dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        invocation = self._start(tool_input, kwargs)
+        token = _invocation.set(invocation)
+        try:
+            result = super().run(tool_input, *args, **kwargs)
+        except Exception:
+            self._unserved(invocation)
+            raise
+        finally:
+            _invocation.reset(token)
+        self._unserved(invocation)
+        return result
+
+    async def arun(self, tool_input: str | dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        invocation = self._start(tool_input, kwargs)
+        token = _invocation.set(invocation)
+        try:
+            result = await super().arun(tool_input, *args, **kwargs)
+        except Exception:
+            self._unserved(invocation)
+            raise
+        finally:
+            _invocation.reset(token)
+        self._unserved(invocation)
+        return result
+
+
+class _ReplaySingleInputTool(ReplayTool, Tool):
+    """The replay of a legacy single-input `Tool`: a `Tool` to LangChain (schema `__arg1`,
+    one positional input), a `ReplayTool` in what it does."""
+
+
+def replay_tools(player: Player, tools: Sequence[BaseTool]) -> list[ReplayTool]:
+    """Replay versions of `tools`, in the same order, for an agent under replay."""
+    return [ReplayTool.from_tool(tool, player) for tool in tools]
+
+
+def replay_tool_call(player: Player) -> Callable[[Any, Callable[[Any], Any]], Any]:
+    """A `wrap_tool_call` for LangGraph's `ToolNode` (and agent middleware): runs each call
+    through a `ReplayTool` with the original's schema and error handling instead."""
+    cache: dict[str, ReplayTool] = {}
+
+    def wrap(request: Any, execute: Callable[[Any], Any]) -> Any:
+        return execute(_with_replay_tool(request, player, cache))
+    return wrap
+
+
+def areplay_tool_call(player: Player
+                      ) -> Callable[[Any, Callable[[Any], Awaitable[Any]]], Awaitable[Any]]:
+    """The async `awrap_tool_call` counterpart of `replay_tool_call`."""
+    cache: dict[str, ReplayTool] = {}
+
+    async def wrap(request: Any, execute: Callable[[Any], Awaitable[Any]]) -> Any:
+        return await execute(_with_replay_tool(request, player, cache))
+    return wrap
+
+
+def _with_replay_tool(request: Any, player: Player, cache: dict[str, ReplayTool]) -> Any:
+    tool = request.tool
+    if tool is None:  # a tool the node does not know: its own error path, as while recording
+        return request
+    replay = cache.get(tool.name)
+    if replay is None:
+        replay = cache[tool.name] = ReplayTool.from_tool(tool, player)
+    return request.override(tool=replay)

@@ -1,0 +1,79 @@
+"""Differences between llama-index-core lines, detected by feature, in one place."""
+
+from __future__ import annotations
+
+import re
+import warnings
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+#: the llama-index-core lines this adapter supports (the `llamaindex` extra says the same)
+SUPPORTED_VERSIONS = ">=0.12.0,<0.15"
+_FLOOR, _CEILING = (0, 12), (0, 15)
+_warned = False
+
+
+def is_supported(text: str) -> bool:
+    """Whether a llama-index-core version string lies in `SUPPORTED_VERSIONS`."""
+    found = re.match(r"(\d+)\.(\d+)", text)
+    if found is None:
+        return False
+    line = (int(found.group(1)), int(found.group(2)))
+    return _FLOOR <= line < _CEILING
+
+
+def warn_if_unsupported() -> None:
+    """Warn once when the installed llama-index-core is outside the tested lines."""
+    global _warned
+    installed = installed_version()
+    if _warned or installed == "unknown" or is_supported(installed):
+        return
+    _warned = True
+    warnings.warn(
+        f"agentreplay_llamaindex is tested with llama-index-core{SUPPORTED_VERSIONS}, but "
+        f"{installed} is installed: recording or replay may miss calls; check the run with "
+        "`agentreplay show` before trusting it", RuntimeWarning, stacklevel=3)
+
+
+def installed_version() -> str:
+    try:
+        return version("llama-index-core")
+    except PackageNotFoundError:  # pragma: no cover - an unusual install (vendored source)
+        return "unknown"
+
+
+def _workflow_context_type() -> type | None:
+    # The workflow Context moved into the separate `workflows` package during 0.12; agents
+    # pass it to tools that ask for it, and it is run state, not a tool argument.
+    for module, name in (("workflows", "Context"), ("llama_index.core.workflow", "Context")):
+        try:
+            imported = __import__(module, fromlist=[name])
+        except ImportError:
+            continue
+        found = getattr(imported, name, None)
+        if isinstance(found, type):
+            return found
+    return None
+
+
+_CONTEXT_TYPE = _workflow_context_type()
+
+
+def is_workflow_context(value: Any) -> bool:
+    return _CONTEXT_TYPE is not None and isinstance(value, _CONTEXT_TYPE)
+
+
+def is_wrapper_llm(instance: Any) -> bool:
+    """An LLM that only wraps another LLM and calls it (`llm.as_structured_llm(Model)`)."""
+    from llama_index.core.llms.llm import LLM
+    from llama_index.core.llms.structured_llm import StructuredLLM
+
+    return isinstance(instance, StructuredLLM) and isinstance(instance.llm, LLM)
+
+
+def active_span_id() -> str | None:
+    """The id of the innermost open instrumentation span in this context."""
+    from llama_index_instrumentation.span import active_span_id as current
+
+    found = current.get()
+    return found if isinstance(found, str) else None

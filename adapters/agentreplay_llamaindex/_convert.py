@@ -1,0 +1,199 @@
+"""Pure conversions between LlamaIndex objects and what a step stores.
+
+Recording and replay build requests with the same functions, so a call made by the same code
+gets the same match key whichever backend (live LLM or `ReplayLLM`) is behind it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from llama_index.core.base.llms.types import ChatMessage, ChatResponse, CompletionResponse
+from llama_index.core.schema import NodeWithScore
+from llama_index.core.storage.docstore.utils import doc_to_json, json_to_doc
+from llama_index.core.tools import ToolOutput, ToolSelection
+
+from agentreplay_core import SerializationError, encode, match_key, strip_volatile
+from agentreplay_llamaindex._compat import is_workflow_context
+
+#: the LLM metadata a replay needs: it decides chat vs completion, how many calls a RAG
+#: query makes (context window) and whether an agent asks for tool calls
+METADATA_FIELDS = ("context_window", "num_output", "is_chat_model", "is_function_calling_model",
+                   "model_name", "system_role")
+#: request keys that make up an LLM call's identity; everything else is kept for reading only
+_LLM_KEY_FIELDS = ("mode", "messages", "prompt", "tools")
+
+
+def encodable(value: Any) -> Any:
+    """`value` if the codec can store it, else its repr (provider payloads, generators)."""
+    try:
+        encode(value, path="value")
+    except SerializationError:
+        return {"unencodable_repr": repr(value)[:2000]}
+    return value
+
+
+def llm_metadata(llm: Any) -> dict[str, Any]:
+    """The replay-relevant part of `llm.metadata`, never `to_dict()` (it may hold API keys)."""
+    meta = llm.metadata
+    out: dict[str, Any] = {}
+    for field in METADATA_FIELDS:
+        value = getattr(meta, field, None)
+        out[field] = getattr(value, "value", value)  # MessageRole -> its string
+    return out
+
+
+def message_json(message: Any) -> Any:
+    """A chat message as plain JSON (what a request is matched on)."""
+    if isinstance(message, ChatMessage):
+        try:
+            return message.model_dump(mode="json")
+        except Exception:  # a provider object in additional_kwargs that pydantic cannot dump
+            return {"role": str(message.role.value), "content": message.content}
+    return encodable(message)
+
+
+def _tool_call_id(message: Any) -> str:
+    kwargs = message.get("additional_kwargs") if isinstance(message, dict) else None
+    value = kwargs.get("tool_call_id") if isinstance(kwargs, dict) else None
+    return str(value or "")
+
+
+def normalise_tool_results(messages: list[Any]) -> list[Any]:
+    """Sort each contiguous run of tool-result messages by tool_call_id.
+
+    Parallel tools finish in any order and the agent appends their results in completion
+    order; the LLM call that follows is the same call whatever that order was.
+    """
+    out: list[Any] = []
+    run: list[Any] = []
+    for message in messages:
+        if isinstance(message, dict) and message.get("role") == "tool":
+            run.append(message)
+            continue
+        out.extend(sorted(run, key=_tool_call_id))
+        run = []
+        out.append(message)
+    out.extend(sorted(run, key=_tool_call_id))
+    return out
+
+
+def tool_name_of(spec: Any) -> str:
+    """The name of a tool as an LLM integration passes it (a tool, metadata or JSON spec)."""
+    metadata = getattr(spec, "metadata", spec)
+    name = getattr(metadata, "name", None)
+    if isinstance(name, str):
+        return name
+    if isinstance(spec, Mapping):
+        function = spec.get("function")
+        if isinstance(function, Mapping) and isinstance(function.get("name"), str):
+            return str(function["name"])
+        if isinstance(spec.get("name"), str):
+            return str(spec["name"])
+    return repr(spec)[:200]
+
+
+def llm_kwargs(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The call's other kwargs (the integration's tool schemas, tool_choice, ...).
+
+    Stored with the step's output, not its request: a `ReplayLLM` cannot rebuild another
+    integration's kwargs, so keeping them out of the request keeps divergence diffs to what
+    the agent really changed.
+    """
+    return {k: encodable(v) for k, v in kwargs.items() if k != "messages"}
+
+
+def llm_request(mode: str, payload: Any, kwargs: Mapping[str, Any],
+                metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """The stored request of an LLM call; `payload` is the messages or the prompt.
+
+    Tools are identified by name only: the live integration turned them into its own JSON
+    specs (OpenAI, Anthropic, Gemini formats, strict-mode edits), which a replay cannot
+    rebuild, and `chat_with_tools`, which still holds the tool objects, opens no span.
+    """
+    offered = kwargs.get("tools") or []
+    request: dict[str, Any] = {"mode": mode}
+    if mode == "chat":
+        request["messages"] = [message_json(m) for m in payload]
+    else:
+        request["prompt"] = str(payload)
+    request["tools"] = sorted(tool_name_of(t) for t in offered)
+    request["metadata"] = dict(metadata)
+    return request
+
+
+def llm_match_key(name: str, request: Mapping[str, Any]) -> str:
+    """The key an LLM call is matched on: mode, messages or prompt, and tool names."""
+    subset = {k: request[k] for k in _LLM_KEY_FIELDS if k in request}
+    if isinstance(subset.get("messages"), list):
+        subset["messages"] = normalise_tool_results(subset["messages"])
+    return match_key("llm", name, strip_volatile(subset))
+
+
+def chat_response_for_storage(response: ChatResponse) -> ChatResponse:
+    """A copy safe to store: the provider's `raw` payload only if the codec can hold it."""
+    return response.model_copy(update={"raw": encodable(response.raw)})
+
+
+def completion_response_for_storage(response: CompletionResponse) -> CompletionResponse:
+    return response.model_copy(update={"raw": encodable(response.raw)})
+
+
+def tool_selections_json(selections: Sequence[ToolSelection]) -> list[dict[str, Any]]:
+    return [{"tool_id": s.tool_id, "tool_name": s.tool_name,
+             "tool_kwargs": encodable(s.tool_kwargs)} for s in selections]
+
+
+def tool_selections_from_json(items: Sequence[Mapping[str, Any]]) -> list[ToolSelection]:
+    return [ToolSelection(tool_id=i["tool_id"], tool_name=i["tool_name"],
+                          tool_kwargs=i["tool_kwargs"]) for i in items]
+
+
+def nodes_json(nodes: Sequence[NodeWithScore]) -> list[dict[str, Any]]:
+    """Retrieved nodes with scores; `doc_to_json` because `NodeWithScore.from_dict` fails."""
+    return [{"node": doc_to_json(n.node), "score": n.score} for n in nodes]
+
+
+def nodes_from_json(items: Sequence[Mapping[str, Any]]) -> list[NodeWithScore]:
+    return [NodeWithScore(node=json_to_doc(dict(i["node"])), score=i["score"]) for i in items]
+
+
+def query_text(query: Any) -> str:
+    """The query string of a `str` or `QueryBundle`."""
+    return query if isinstance(query, str) else str(getattr(query, "query_str", query))
+
+
+def tool_request(args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """A tool call's request, without the workflow Context an agent passes to some tools."""
+    return {"args": [encodable(a) for a in args if not is_workflow_context(a)],
+            "kwargs": {k: encodable(v) for k, v in kwargs.items()
+                       if not is_workflow_context(v)}}
+
+
+def tool_output_for_storage(output: Any) -> dict[str, Any]:
+    """A ToolOutput as stored: the object (raw_output only if storable) and its exception.
+
+    A custom `BaseTool.__call__` may return something else; that is stored as it is.
+    """
+    from agentreplay_core._recorded_errors import error_to_record
+
+    if not isinstance(output, ToolOutput):
+        return {"output": encodable(output), "exception": None}
+    safe = output.model_copy(update={"raw_output": encodable(output.raw_output),
+                                     "raw_input": encodable(output.raw_input)})
+    exception = getattr(output, "exception", None)
+    return {"output": safe,
+            "exception": error_to_record(exception) if exception is not None else None}
+
+
+def tool_output_from_storage(stored: Mapping[str, Any]) -> ToolOutput:
+    from agentreplay_core._recorded_errors import error_from_record
+
+    output: ToolOutput = stored["output"]
+    exception = stored.get("exception")
+    if exception is not None and isinstance(output, ToolOutput):
+        rebuilt = error_from_record(exception)
+        if isinstance(rebuilt, Exception):  # so `.exception` is an exception, as recorded
+            output._exception = rebuilt
+    return output

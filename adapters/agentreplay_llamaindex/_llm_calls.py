@@ -1,0 +1,213 @@
+"""Recording LLM calls from chat and completion events (start, in-progress, end, errors).
+
+One LLM call fires events at several levels (`CustomLLM.achat -> chat -> complete`); only the
+outermost call of the same LLM object is recorded. Streams are recorded chunk by chunk: the
+end event carries only the last chunk and never fires for a stream the host abandoned.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from llama_index.core.llms.function_calling import FunctionCallingLLM
+
+from agentreplay_core import Recorder
+from agentreplay_core._recorded_errors import error_to_record
+from agentreplay_llamaindex._compat import is_wrapper_llm
+from agentreplay_llamaindex._convert import (
+    chat_response_for_storage,
+    completion_response_for_storage,
+    llm_kwargs,
+    llm_match_key,
+    llm_metadata,
+    llm_request,
+    tool_selections_json,
+)
+from agentreplay_llamaindex._tree import SpanTree
+
+
+@dataclass
+class LlmCall:
+    """One LLM call being recorded (or skipped because an outer call of the same LLM is)."""
+
+    skip: bool
+    mode: str = ""
+    name: str = ""
+    request: dict[str, Any] = field(default_factory=dict)
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    path: str = ""
+    instance: Any = None
+    started: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    t0: float = field(default_factory=time.perf_counter)
+    chunks: list[dict[str, Any]] = field(default_factory=list)
+    stream: bool = False
+
+
+def _name_of(metadata: dict[str, Any], instance: Any) -> str:
+    name = metadata.get("model_name")
+    return str(name) if name and name != "unknown" else type(instance).__name__
+
+
+def _tool_calls(instance: Any, response: Any) -> list[dict[str, Any]] | None:
+    """The tool calls the live LLM reads from its own response (replay serves the same)."""
+    if not isinstance(instance, FunctionCallingLLM) or response is None:
+        return None
+    try:
+        return tool_selections_json(
+            instance.get_tool_calls_from_response(response, error_on_no_tool_call=False))
+    except Exception:  # integrations that do not implement it, or reject this response
+        return None
+
+
+def _stored(mode: str, response: Any) -> Any:
+    if response is None:
+        return None
+    if mode == "chat":
+        stored = chat_response_for_storage(response)
+        # a deep copy: streaming integrations may reuse and mutate the message object
+        return stored.model_copy(update={"message": copy.deepcopy(stored.message)})
+    return completion_response_for_storage(response)
+
+
+class LlmRecorder:
+    """Turns LLM events of one run into `llm` steps."""
+
+    def __init__(self, recorder: Recorder, tree: SpanTree) -> None:
+        self._recorder = recorder
+        self._tree = tree
+        self._lock = threading.Lock()
+        self._calls: dict[str, LlmCall] = {}
+        #: id(chunk) -> (chunk, call that saw it first): finds streams that re-yield another
+        #: stream's chunks (CustomLLM.astream_complete iterates stream_complete lazily, after
+        #: its span closed, so span ancestry cannot tell the inner stream is nested)
+        self._chunk_owner: dict[int, tuple[Any, LlmCall]] = {}
+
+    def start(self, span_id: str | None, mode: str, payload: Any, kwargs: dict[str, Any]
+              ) -> None:
+        info = self._tree.get(span_id)
+        if span_id is None or info is None or info.owner != "llm":
+            return  # an LLM event outside an LLM span: nothing to attribute it to
+        if is_wrapper_llm(info.instance):
+            # A wrapper (`as_structured_llm`) only formats what its inner LLM answers: record
+            # the inner call alone, the one that reaches a model. Recording both would hold
+            # the same answer twice, and a replay that puts `ReplayLLM` in for the inner model
+            # (the wrapper runs again as local code) would leave the wrapper's step unused.
+            with self._lock:
+                self._calls[span_id] = LlmCall(skip=True, instance=info.instance)
+            return
+        with self._lock:
+            outer = [self._calls[a] for a in self._tree.ancestor_ids(span_id)
+                     if a in self._calls]
+            if any(c.instance is info.instance for c in outer):
+                self._calls[span_id] = LlmCall(skip=True, instance=info.instance)
+                return
+        call = new_call(info.instance, mode, payload, kwargs, info.path,
+                        stream="stream" in info.method)
+        with self._lock:
+            self._calls[span_id] = call
+
+    def chunk(self, span_id: str | None, response: Any) -> None:
+        call = self._calls.get(span_id) if span_id else None
+        if call is None or call.skip:
+            return
+        call.stream = True
+        with self._lock:
+            seen = self._chunk_owner.get(id(response))
+            if seen is not None and seen[0] is response and seen[1] is not call \
+                    and seen[1].instance is call.instance:
+                seen[1].skip = True  # the inner stream: the outer one is what the host called
+            self._chunk_owner[id(response)] = (response, call)
+        call.chunks.append(chunk_item(call, response))
+
+    def end(self, span_id: str | None, response: Any) -> None:
+        call = self._pop(span_id)
+        if call is None:
+            return
+        write_call(self._recorder, call, response=response)
+
+    def failed(self, span_id: str | None, err: BaseException, *, streaming: bool) -> None:
+        """The call raised, or (`streaming`) its stream did or the host closed it early.
+
+        A stream's error is stored after its chunks, so replay raises it while the host
+        iterates, where the host met it; an error of the call itself is the step's error.
+        """
+        call = self._pop(span_id)
+        if call is None:
+            return
+        if isinstance(err, GeneratorExit):
+            write_call(self._recorder, call, response=None, abandoned=True)
+        elif streaming:
+            call.stream = True
+            write_call(self._recorder, call, response=None, error=error_to_record(err))
+        else:
+            write_error(self._recorder, call, err)
+
+    def is_open(self, span_id: str) -> bool:
+        return span_id in self._calls
+
+    def close(self) -> None:
+        """Streams still open when recording stops were abandoned by the host."""
+        with self._lock:
+            calls = list(self._calls.items())
+            self._calls.clear()
+            self._chunk_owner.clear()
+        for _, call in calls:
+            if not call.skip and call.stream:
+                write_call(self._recorder, call, response=None, abandoned=True)
+
+    def _pop(self, span_id: str | None) -> LlmCall | None:
+        with self._lock:
+            call = self._calls.pop(span_id, None) if span_id else None
+            if call is not None and call.stream:
+                for key in [k for k, (_, c) in self._chunk_owner.items() if c is call]:
+                    del self._chunk_owner[key]
+        return None if call is None or call.skip else call
+
+
+def new_call(instance: Any, mode: str, payload: Any, kwargs: dict[str, Any], path: str, *,
+             name: str | None = None, stream: bool = False) -> LlmCall:
+    """The record of a call `instance` is making; `name` overrides the model's own name."""
+    metadata = llm_metadata(instance)
+    return LlmCall(skip=False, mode=mode, name=name or _name_of(metadata, instance),
+                   request=llm_request(mode, payload, kwargs, metadata),
+                   kwargs=llm_kwargs(kwargs), path=path, instance=instance, stream=stream)
+
+
+def chunk_item(call: LlmCall, response: Any) -> dict[str, Any]:
+    """One streamed chunk as stored: the response and the tool calls read from it."""
+    item: dict[str, Any] = {"response": _stored(call.mode, response)}
+    if call.mode == "chat":
+        item["tool_calls"] = _tool_calls(call.instance, response)
+    return item
+
+
+def _ms(call: LlmCall) -> float:
+    return (time.perf_counter() - call.t0) * 1000
+
+
+def write_call(recorder: Recorder, call: LlmCall, *, response: Any, abandoned: bool = False,
+               error: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Record a finished call (or stream); returns the stored output."""
+    output: dict[str, Any] = {"response": _stored(call.mode, response),
+                              "request_kwargs": call.kwargs}
+    if call.mode == "chat":
+        output["tool_calls"] = _tool_calls(call.instance, response)
+    if call.stream:
+        output.update(stream=True, chunks=call.chunks, abandoned=abandoned, error=error)
+    recorder.record("llm", call.name, call.request, output, path=call.path,
+                    match_key=llm_match_key(call.name, call.request),
+                    started_at=call.started, duration_ms=_ms(call))
+    return output
+
+
+def write_error(recorder: Recorder, call: LlmCall, err: BaseException) -> None:
+    """Record a call that raised before answering (not a stream that failed midway)."""
+    error = {**error_to_record(err), "request_kwargs": call.kwargs}
+    recorder.record("llm", call.name, call.request, error, is_error=True, path=call.path,
+                    match_key=llm_match_key(call.name, call.request),
+                    started_at=call.started, duration_ms=_ms(call))

@@ -1,0 +1,50 @@
+"""`RecordingTool`: keeps a sync tool's nested calls attributed to it when run in a thread.
+
+Before llama-index-core 0.14.22 `FunctionTool.acall` runs a sync function in a thread pool
+without copying the context, so the spans it opens (a query engine's LLM calls) lose their
+parent: recorded outside the tool, they would be expected again when the tool is replayed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import inspect
+from collections.abc import Sequence
+from typing import Any
+
+from llama_index.core.tools.types import AsyncBaseTool, BaseTool, ToolMetadata, ToolOutput
+
+
+class RecordingTool(AsyncBaseTool):
+    """Wraps a tool; `acall` runs a sync tool in a thread with the caller's context copied.
+
+    Recording needs no wrapper otherwise: tools are recorded through their spans.
+    """
+
+    def __init__(self, tool: BaseTool) -> None:
+        self.tool = tool
+
+    @property
+    def metadata(self) -> ToolMetadata:
+        return self.tool.metadata
+
+    def call(self, *args: Any, **kwargs: Any) -> ToolOutput:
+        return self.tool(*args, **kwargs)
+
+    async def acall(self, *args: Any, **kwargs: Any) -> ToolOutput:
+        # FunctionTool keeps the function it was given; a sync one is what loses its context
+        real = getattr(self.tool, "_real_fn", None)
+        is_sync = real is not None and not inspect.iscoroutinefunction(real)
+        if isinstance(self.tool, AsyncBaseTool) and not is_sync:
+            return await self.tool.acall(*args, **kwargs)
+        context = contextvars.copy_context()
+        call = functools.partial(self.tool.call if isinstance(self.tool, AsyncBaseTool)
+                                 else self.tool.__call__, *args, **kwargs)
+        return await asyncio.get_running_loop().run_in_executor(None, context.run, call)
+
+
+def recording_tools(tools: Sequence[BaseTool]) -> list[RecordingTool]:
+    """`RecordingTool` around each of `tools`."""
+    return [RecordingTool(tool) for tool in tools]

@@ -1,0 +1,93 @@
+"""Where a replayed call sits in the run tree, while `instrument(player)` tracks the spans.
+
+The replay stand-ins ask for the path the recording gave the same call, so that calls with
+equal requests running concurrently (two branches of a workflow asking the same thing) each
+get their own recorded result. Without tracking they get no path and equal calls are served
+in recorded order.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import threading
+from typing import Any
+
+from llama_index.core.instrumentation.span import SimpleSpan
+from llama_index.core.instrumentation.span_handlers import BaseSpanHandler
+from pydantic import PrivateAttr
+
+from agentreplay_core import current_path
+from agentreplay_core._keys import join_path
+from agentreplay_llamaindex._compat import active_span_id
+from agentreplay_llamaindex._tree import SpanTree
+
+log = logging.getLogger("agentreplay.llamaindex")
+
+_lock = threading.Lock()
+_tree: SpanTree | None = None
+
+
+def set_tracked(tree: SpanTree | None) -> None:
+    global _tree
+    with _lock:
+        _tree = tree
+
+
+def tracked_tree() -> SpanTree | None:
+    return _tree
+
+
+def replay_path(entry_points: frozenset[str] | None = None) -> str | None:
+    """The recorded path of the call running now, or None when no replay is tracked.
+
+    `entry_points`: the public methods whose span the recording named the call after (the
+    stand-in answers in a private method spanned below it).
+    """
+    tree = _tree
+    if tree is None:
+        return None
+    span_id = active_span_id()
+    info = tree.enclosing(span_id, entry_points) if entry_points else tree.get(span_id)
+    return info.path if info is not None else None
+
+
+def live_path(kind: str, name: str, entry_points: frozenset[str] | None = None) -> str:
+    """The path a live call made during a replay is recorded at in the forked run."""
+    return replay_path(entry_points) or join_path(current_path(), f"{kind}:{name}")
+
+
+class TrackingSpanHandler(BaseSpanHandler[SimpleSpan]):
+    """Builds the span tree during a replay, as the recording's span handler does."""
+
+    _tree: SpanTree = PrivateAttr()
+
+    def __init__(self, tree: SpanTree) -> None:
+        super().__init__(open_spans={}, completed_spans=[], dropped_spans=[],
+                         current_span_ids={})
+        self._tree = tree
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "AgentReplayTrackingSpanHandler"
+
+    def new_span(self, id_: str, bound_args: inspect.BoundArguments,
+                 instance: Any | None = None, parent_span_id: str | None = None,
+                 tags: dict[str, Any] | None = None, **kwargs: Any) -> SimpleSpan | None:
+        try:
+            self._tree.enter(id_, parent_span_id, instance)
+        except Exception:  # LlamaIndex would swallow it: say so, and replay goes on pathless
+            log.exception("agentreplay: could not track LlamaIndex span %s", id_)
+        return None
+
+    def prepare_to_exit_span(self, id_: str, bound_args: inspect.BoundArguments,
+                             instance: Any | None = None, result: Any | None = None,
+                             **kwargs: Any) -> SimpleSpan | None:
+        self._tree.exited(id_)
+        return None
+
+    def prepare_to_drop_span(self, id_: str, bound_args: inspect.BoundArguments,
+                             instance: Any | None = None, err: BaseException | None = None,
+                             **kwargs: Any) -> SimpleSpan | None:
+        self._tree.exited(id_)
+        return None

@@ -1,0 +1,188 @@
+"""The span tree of a recording: who called whom, and each call's deterministic path.
+
+LlamaIndex span ids carry a random uuid, so they cannot be paths. A span's path is its parent's
+path plus `Class.method#n`, n counting the same segment under the same parent. Replay
+boundaries rely on it: the embedding call inside a retriever gets a path below the
+retriever's, so replaying the retriever consumes it.
+
+Spans of models, embeddings, retrievers, postprocessors and tools are named by their role
+(`llm.chat`, `retriever.retrieve`, `tool:add`), not their class: the replay stand-ins have
+other classes, and a replay tracked with `instrument(player)` must find the recorded paths.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.llms.llm import LLM
+from llama_index.core.postprocessor.types import BaseNodePostprocessor
+from llama_index.core.tools.types import BaseTool
+from llama_index.core.types import BasePydanticProgram
+
+from agentreplay_core import current_path
+from agentreplay_core._keys import join_path
+
+#: the BaseEmbedding entry points that fire embedding events (recorded vectors sit below them)
+EMBEDDING_ENTRY_POINTS = frozenset({
+    "get_query_embedding", "aget_query_embedding", "get_text_embedding",
+    "aget_text_embedding", "get_text_embedding_batch", "aget_text_embedding_batch"})
+
+
+@dataclass
+class SpanInfo:
+    """What the recording needs to know about one span."""
+
+    parent: str | None
+    path: str
+    method: str
+    #: "llm", "embedding", "retriever", "tool" or "" for any other span
+    owner: str = ""
+    name: str = ""
+    instance_id: int = 0
+    #: the LLM itself while its span is open (tool calls are read through it)
+    instance: Any = None
+    #: a tool span inside a span of the same tool (FunctionTool.acall -> call): not recorded
+    nested: bool = False
+    #: inside structured_predict or a pydantic program: its tool only builds the output
+    #: object, locally, and runs again in replay, so it is not recorded
+    structured: bool = False
+    children: dict[str, int] = field(default_factory=dict)
+
+
+def _owner(instance: Any) -> tuple[str, str]:
+    """(owner kind, step name) of the object a span runs on."""
+    if isinstance(instance, LLM):
+        return "llm", ""  # named at the start event, from its metadata
+    if isinstance(instance, BaseEmbedding):
+        return "embedding", str(getattr(instance, "model_name", "") or type(instance).__name__)
+    if isinstance(instance, BaseRetriever):
+        return "retriever", type(instance).__name__
+    if isinstance(instance, BaseTool):
+        try:
+            return "tool", instance.metadata.get_name()
+        except Exception:  # a tool without a usable name is still a tool call
+            return "tool", type(instance).__name__
+    return "", ""
+
+
+def _segment(owner: str, name: str, method: str, instance: Any) -> str:
+    """The path segment of a span: by role for the parts replay swaps, else `Class.method`."""
+    if owner == "tool":
+        return f"tool:{name}"
+    role = owner or ("postprocessor" if isinstance(instance, BaseNodePostprocessor) else "")
+    return f"{role}.{method.rsplit('.', 1)[-1]}" if role else method
+
+
+def method_of(span_id: str) -> str:
+    """`Class.method` from a LlamaIndex span id (`Class.method-<uuid>`)."""
+    return span_id.split("-", 1)[0]
+
+
+class SpanTree:
+    """Spans seen since recording started; thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._spans: dict[str, SpanInfo] = {}
+        self._roots: dict[tuple[str, str], int] = {}
+        self._counts: dict[str, int] = {}
+
+    def enter(self, span_id: str, parent_id: str | None, instance: Any) -> SpanInfo:
+        method = method_of(span_id)
+        owner, name = _owner(instance)
+        segment = _segment(owner, name, method, instance)
+        with self._lock:
+            parent = self._spans.get(parent_id) if parent_id else None
+            info = SpanInfo(parent=parent_id if parent else None, path="", method=method,
+                            owner=owner, name=name, instance_id=id(instance))
+            info.path = self._next_path(parent, segment)
+            if owner == "llm":
+                info.instance = instance
+            info.structured = (parent is not None and parent.structured) or (
+                "structured_predict" in method or isinstance(instance, BasePydanticProgram))
+            if owner == "tool":
+                info.nested = info.structured or any(
+                    a.owner == "tool" and a.name == name for a in self._ancestors(info))
+            self._spans[span_id] = info
+        return info
+
+    def _next_path(self, parent: SpanInfo | None, segment: str) -> str:
+        if parent is not None:
+            n = parent.children.get(segment, 0)
+            parent.children[segment] = n + 1
+            return join_path(parent.path, f"{segment}#{n}")
+        # a root span: under whatever path the host code runs at (see `path_scope`)
+        base = current_path()
+        n = self._roots.get((base, segment), 0)
+        self._roots[(base, segment)] = n + 1
+        return join_path(base, f"{segment}#{n}")
+
+    def _ancestors(self, info: SpanInfo) -> list[SpanInfo]:
+        out = []
+        seen = 0
+        while info.parent is not None and seen < 10_000:  # a cycle would be a bug; stop
+            parent = self._spans.get(info.parent)
+            if parent is None:
+                break
+            out.append(parent)
+            info = parent
+            seen += 1
+        return out
+
+    def get(self, span_id: str | None) -> SpanInfo | None:
+        if span_id is None:
+            return None
+        with self._lock:
+            return self._spans.get(span_id)
+
+    def ancestor_ids(self, span_id: str) -> list[str]:
+        with self._lock:
+            ids: list[str] = []
+            info = self._spans.get(span_id)
+            while info is not None and info.parent is not None and len(ids) < 10_000:
+                ids.append(info.parent)
+                info = self._spans.get(info.parent)
+            return ids
+
+    def exited(self, span_id: str) -> None:
+        with self._lock:
+            info = self._spans.get(span_id)
+            if info is not None:
+                info.instance = None  # do not keep the LLM alive for the whole run
+
+    def count(self, base: str) -> int:
+        """0, 1, 2, ... on successive calls with the same `base` (texts of one embedding span)."""
+        with self._lock:
+            n = self._counts.get(base, 0)
+            self._counts[base] = n + 1
+            return n
+
+    def counted(self, base: str) -> int:
+        """How many times `count(base)` was called."""
+        with self._lock:
+            return self._counts.get(base, 0)
+
+    def enclosing(self, span_id: str | None, methods: frozenset[str]) -> SpanInfo | None:
+        """The span itself or its nearest ancestor running one of `methods` (bare names)."""
+        with self._lock:
+            info = self._spans.get(span_id) if span_id else None
+            for _ in range(10_000):
+                if info is None or info.method.rsplit(".", 1)[-1] in methods:
+                    return info
+                info = self._spans.get(info.parent) if info.parent else None
+            return None
+
+    def loose_path(self, segment: str) -> str:
+        """A path for an event outside any known span."""
+        with self._lock:
+            return self._next_path(None, segment)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._spans.clear()
+            self._roots.clear()
+            self._counts.clear()

@@ -1,0 +1,95 @@
+"""Concurrent branches replay their own results whatever the scheduling order in replay."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.runnables import RunnableLambda, RunnableParallel
+from langchain_core.tools import BaseTool
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode
+
+from agentreplay_core import Store
+from agentreplay_langchain import (
+    RecordingCallbackHandler,
+    ReplayChatModel,
+    instrument,
+    replay_tools,
+)
+from agentreplay_langchain._compat import LANGCHAIN_CORE_VERSION
+from tests.langchain.fakes import Counter, ScriptedChatModel, make_tools, transcript
+
+PROMPTS = [f"question number {i}" for i in range(8)]
+
+
+def test_batch_of_eight_prompts_replays_each_answer_in_any_order(store: Store) -> None:
+    with store.record(name="batch") as rec:
+        live = ScriptedChatModel().batch(
+            list[Any](PROMPTS), config={"callbacks": [RecordingCallbackHandler(rec)],
+                             "max_concurrency": 8})
+    with store.replay(rec.run_id) as player:
+        model = ReplayChatModel(player=player)
+        replayed = model.batch(list(reversed(PROMPTS)), config={"max_concurrency": 8})
+    assert [m.content for m in reversed(replayed)] == [m.content for m in live]
+    assert [m.id for m in reversed(replayed)] == [m.id for m in live]
+
+
+def _delayed(branch: str, slow: str) -> RunnableLambda[Any, Any]:
+    def wait(value: Any) -> Any:
+        if branch == slow:
+            time.sleep(0.3)
+        return value
+    return RunnableLambda(wait, name=f"wait_{branch}")
+
+
+def parallel(model: Any, slow: str) -> RunnableParallel[Any]:
+    """Two branches asking the same model the same question: only their position differs."""
+    return RunnableParallel(a=_delayed("a", slow) | model, b=_delayed("b", slow) | model)
+
+
+def test_identical_calls_in_parallel_branches_get_their_own_answers(store: Store) -> None:
+    with store.record(name="parallel") as rec:
+        live = parallel(ScriptedChatModel(), slow="a").invoke(
+            "same question", config={"callbacks": [RecordingCallbackHandler(rec)]})
+    assert live["a"].content != live["b"].content
+    # in replay the other branch is the slow one: its model call now comes first
+    with store.replay(rec.run_id) as player, instrument(player):
+        replayed = parallel(ReplayChatModel(player=player), slow="b").invoke("same question")
+    assert replayed["a"].content == live["a"].content
+    assert replayed["b"].content == live["b"].content
+
+
+def tool_graph(tools: Sequence[BaseTool]) -> Any:
+    graph = StateGraph(MessagesState)
+    graph.add_node("tools", ToolNode(tools))
+    graph.add_edge(START, "tools")
+    graph.add_edge("tools", END)
+    return graph.compile()
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split(".")[:2])
+
+
+@pytest.mark.skipif(_version(LANGCHAIN_CORE_VERSION) < (1, 2),
+                    reason="on_tool_start gets the tool_call_id from langchain-core 1.2 on")
+def test_parallel_identical_tool_calls_get_their_own_results(store: Store) -> None:
+    tools = make_tools(Counter())
+    calls = [{"name": "weather", "args": {"city": "Paris"}, "id": f"call_{i}", "type": "tool_call"}
+             for i in range(4)]
+
+    def state() -> MessagesState:  # fresh messages each run: LangGraph writes ids into them
+        return {"messages": [HumanMessage("hi"), AIMessage("", tool_calls=calls)]}
+
+    with store.record(name="toolnode", entropy=True) as rec:
+        live = tool_graph(tools).invoke(state(),
+                                        config={"callbacks": [RecordingCallbackHandler(rec)]})
+    results = [m.content for m in live["messages"] if m.type == "tool"]
+    assert len(set(results)) == 4  # four different random results for the same call
+    with store.replay(rec.run_id) as player, instrument(player):
+        replayed = tool_graph(replay_tools(player, make_tools(Counter()))).invoke(state())
+    assert transcript(replayed["messages"]) == transcript(live["messages"])

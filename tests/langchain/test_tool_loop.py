@@ -1,0 +1,80 @@
+"""A hand-written tool loop: record it live, replay it offline, compare the transcripts."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, cast
+
+import pytest
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool
+
+from agentreplay_core import NetworkAccessDuringReplay, Store
+from agentreplay_langchain import RecordingCallbackHandler, ReplayChatModel, replay_tools
+from tests.langchain.fakes import Counter, Plan, ScriptedChatModel, make_tools, transcript
+
+PLAN: Plan = [[("weather", {"city": "Paris"}), ("search", {"query": "louvre hours"})],
+        [("add", {"a": 2.5, "b": 0.1})]]
+
+
+def tool_loop(model: Any, tools: Sequence[BaseTool], question: str,
+              config: RunnableConfig | None = None) -> list[BaseMessage]:
+    """The loop users write by hand: call the model, run the tools it asks for, repeat."""
+    by_name = {t.name: t for t in tools}
+    bound = model.bind_tools(tools)
+    messages: list[BaseMessage] = [HumanMessage(question)]
+    for _ in range(5):
+        reply = bound.invoke(messages, config=config)
+        messages.append(reply)
+        if not reply.tool_calls:
+            break
+        for call in reply.tool_calls:
+            messages.append(by_name[call["name"]].invoke(call, config=config))
+    return messages
+
+
+def record(store: Store, counter: Counter) -> tuple[Any, list[BaseMessage]]:
+    model = ScriptedChatModel(plan=PLAN)
+    with store.record(name="tool-loop") as rec:
+        live = tool_loop(model, make_tools(counter), "plan my day",
+                         {"callbacks": [RecordingCallbackHandler(rec)]})
+    assert rec.stats.internal_errors == 0 and rec.stats.unencodable == 0
+    return rec.run_id, live
+
+
+def test_replay_reproduces_the_transcript_without_running_tools(store: Store) -> None:
+    counter = Counter()
+    run_id, live = record(store, counter)
+    assert counter.counts == {"weather": 1, "search": 1, "add": 1}
+    again = tool_loop(ScriptedChatModel(plan=PLAN), make_tools(Counter()), "plan my day")
+    assert transcript(again) != transcript(live)  # the agent is nondeterministic
+
+    counter_during_replay = Counter()
+    with store.replay(run_id) as player:
+        model = ReplayChatModel(player=player)
+        tools = replay_tools(player, make_tools(counter_during_replay))
+        replayed = tool_loop(model, tools, "plan my day")
+    assert transcript(replayed) == transcript(live)
+    assert counter_during_replay.total == 0
+    artifacts = [m.artifact for m in replayed if isinstance(m, ToolMessage) and m.artifact]
+    assert artifacts and artifacts[0]["score"] == 0.5
+
+
+def test_replay_runs_under_the_network_guard(store: Store) -> None:
+    import socket
+
+    run_id, _ = record(store, Counter())
+    with store.replay(run_id, allow_unused=True) as player:
+        assert player.run_id == run_id
+        with pytest.raises(NetworkAccessDuringReplay):
+            socket.create_connection(("203.0.113.1", 443), timeout=1)
+
+
+def test_replayed_messages_are_fresh_copies(store: Store) -> None:
+    run_id, live = record(store, Counter())
+    with store.replay(run_id) as player:
+        model = ReplayChatModel(player=player)
+        replayed = tool_loop(model, replay_tools(player, make_tools(Counter())), "plan my day")
+    cast(AIMessage, replayed[1]).tool_calls[0]["args"]["city"] = "changed"
+    assert cast(AIMessage, live[1]).tool_calls[0]["args"]["city"] == "Paris"

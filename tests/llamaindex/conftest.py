@@ -1,0 +1,30 @@
+"""A PostgreSQL run store per test, and a check that no test leaves handlers attached."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from llama_index_instrumentation import get_dispatcher
+
+from agentreplay_core import Store, open_store
+from agentreplay_llamaindex import RecordingEventHandler, RecordingSpanHandler
+
+
+@pytest.fixture
+def li_store(pg_dsn: str, pg_schema: str, tmp_path: Path) -> Iterator[Store]:
+    store = open_store(pg_dsn, schema=pg_schema, spool_dir=tmp_path / "spool")
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_handlers() -> Iterator[None]:
+    yield
+    root = get_dispatcher()
+    leftovers = [h for h in [*root.event_handlers, *root.span_handlers]
+                 if isinstance(h, (RecordingEventHandler, RecordingSpanHandler))]
+    assert not leftovers, "a test left agentreplay handlers attached to the root dispatcher"

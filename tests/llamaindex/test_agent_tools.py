@@ -1,0 +1,58 @@
+"""Agent tools: a query engine tool whose inner calls replay with it, a tool that fails, and
+replay tools that look like the originals."""
+
+from __future__ import annotations
+
+import asyncio
+
+from llama_index.core.tools import FunctionTool, QueryEngineTool
+
+from agentreplay_core import Store
+from agentreplay_llamaindex import ReplayLLM, instrument, replay_tools
+from tests.llamaindex import scenarios
+from tests.llamaindex.models import HashEmbedding, SampledLLM, ToolCallingLLM
+
+
+def lookup(code: int) -> str:
+    """Look up an order code."""
+    raise KeyError(f"no order {code}")
+
+
+def test_query_engine_tool_replays_without_its_inner_calls(li_store: Store) -> None:
+    index = scenarios.build_index(HashEmbedding())  # built outside the recording
+    engine = index.as_query_engine(llm=SampledLLM(), similarity_top_k=2)
+    tools = [QueryEngineTool.from_defaults(engine, name="docs", description="The docs.")]
+    with li_store.record(name="qe-tool") as rec, instrument(rec):
+        live = asyncio.run(scenarios.agent(ToolCallingLLM(), tools, workflow=False))
+    kinds = [s.kind for s in li_store.load_steps(rec.run_id)]
+    assert kinds == ["llm", "embedding", "retriever", "llm", "tool", "llm"]
+    # the tool is replayed whole: the embedding, retrieval and LLM inside it are consumed
+    with li_store.replay(rec.run_id) as player:
+        # two models were recorded (the agent's and the engine's): say which one this is
+        agent_llm = ReplayLLM(player, name="tool-caller")
+        again = asyncio.run(scenarios.agent(agent_llm, replay_tools(player, tools),
+                                            workflow=False))
+    assert again == live and live["text"].startswith("done ")
+
+
+def test_failing_tool_replays_its_error_to_the_agent(li_store: Store) -> None:
+    tools = [FunctionTool.from_defaults(fn=lookup)]
+    with li_store.record(name="bad-tool") as rec, instrument(rec):
+        live = asyncio.run(scenarios.agent(ToolCallingLLM(), tools, workflow=True))
+    [step] = [s for s in li_store.load_steps(rec.run_id) if s.kind == "tool"]
+    assert step.is_error and step.output["type"] == "KeyError"
+    assert "no order" in live["text"]  # the agent saw the error and went on
+    with li_store.replay(rec.run_id) as player:
+        again = asyncio.run(scenarios.agent(ReplayLLM(player), replay_tools(player, tools),
+                                            workflow=True))
+    assert again == live
+
+
+def test_replay_tools_carry_the_originals_metadata(li_store: Store) -> None:
+    originals = scenarios.agent_tools()
+    with li_store.record(name="meta") as rec:
+        pass
+    with li_store.replay(rec.run_id) as player:
+        replayed = replay_tools(player, originals)
+    assert [t.metadata.to_openai_tool() for t in replayed] == \
+        [t.metadata.to_openai_tool() for t in originals]
