@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 from uuid import UUID
 
@@ -170,10 +170,21 @@ class Player:
         *,
         path: str | None = None,
         match_key: str | None = None,
+        live: Callable[[], Awaitable[Any]] | None = None,
     ) -> Any:
         """`next` for async code. A call that was cancelled while recording (a timeout cut it
-        short) never completes here either, so the caller's same timeout fires again."""
-        step = self.next_step(kind, name, request, path=path, match_key=match_key)
+        short) never completes here either, so the caller's same timeout fires again. `live`
+        is awaited instead of the recording from the first divergence on, as with `next`."""
+        fork = self.fork
+        if fork is not None and live is not None:
+            return await fork.acall(kind, name, request, live, path=path, match_key=match_key)
+        try:
+            step = self.next_step(kind, name, request, path=path, match_key=match_key)
+        except ReplayDivergence as diverged:
+            if live is None or self.fork_starter is None:
+                raise
+            return await self._go_live(diverged).acall(kind, name, request, live, path=path,
+                                                       match_key=match_key)
         if step.is_error and is_cancellation(decode(step.output, restore_objects=False)):
             await asyncio.Event().wait()  # until cancelled, as during recording
         return self.result_of(step)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any, cast
 
@@ -18,7 +19,7 @@ from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict, Field
 
-from agentreplay_core import Player, Step, decode
+from agentreplay_core import Player, ReplayDivergence, Step, decode
 from agentreplay_core._keys import current_path
 from agentreplay_langchain._compat import format_for_tracing
 from agentreplay_langchain._convert import chat_request
@@ -27,6 +28,7 @@ from agentreplay_langchain._served import (
     chat_chunks,
     chat_generations,
     error_of,
+    live_call,
     wait_if_cancelled,
 )
 from agentreplay_langchain._structured import structured_output
@@ -44,7 +46,9 @@ class ReplayChatModel(BaseChatModel):
     fresh copies with the recorded ids, tool calls, usage and metadata. A call that streamed
     while recording fires the same token callbacks when it is invoked (as a model created with
     `streaming=True` does). A call the recording does not hold raises `ReplayDivergence`;
-    nothing ever goes to the network.
+    nothing ever goes to the network, unless the replay was opened with
+    `on_divergence="live"` and a `live` model is given: from the first divergent call on, that
+    model answers and its answers are recorded into the forked run.
 
     Example:
         >>> model = ReplayChatModel(player=player)  # doctest: +SKIP
@@ -55,6 +59,8 @@ class ReplayChatModel(BaseChatModel):
     player: Player = Field(exclude=True)
     #: a replay must never answer from LangChain's cache
     cache: bool | None = False
+    #: the model that answers from the first divergence on (`on_divergence="live"` only)
+    live: BaseChatModel | None = Field(default=None, exclude=True)
 
     @property
     def _llm_type(self) -> str:
@@ -72,14 +78,33 @@ class ReplayChatModel(BaseChatModel):
         return params
 
     def _step(self, messages: list[BaseMessage], stop: list[str] | None,
-              run_manager: RunManager | None, kwargs: dict[str, Any]) -> tuple[Step, Any]:
+              run_manager: RunManager | None, kwargs: dict[str, Any], *,
+              streamed: bool = False) -> tuple[Step | None, Any]:
+        """The recorded step and its output; no step when the call went live (fork mode)."""
         if run_manager is not None:
             path = tracked_path(run_manager.handlers, run_manager.run_id)
         else:
             path = _streaming_path()
         request = chat_request(format_for_tracing(messages), kwargs.get("tools"), stop)
-        step = self.player.next_step("llm", CHAT_MODEL, request, path=path)
-        return step, decode(step.output)
+        player = self.player
+        if self.live is None or player.fork_starter is None or player.fork is None:
+            try:
+                step = player.next_step("llm", CHAT_MODEL, request, path=path)
+                return step, decode(step.output)
+            except ReplayDivergence:
+                if self.live is None or player.fork_starter is None:
+                    raise
+        call = live_call(self.live, messages, stop, kwargs, streamed=streamed)
+        return None, player.next("llm", CHAT_MODEL, request, path=path, live=call)
+
+    async def _astep(self, messages: list[BaseMessage], stop: list[str] | None,
+                     run_manager: RunManager | None, kwargs: dict[str, Any], *,
+                     streamed: bool = False) -> tuple[Step | None, Any]:
+        if self.live is None:
+            return self._step(messages, stop, run_manager, kwargs, streamed=streamed)
+        # a live call (fork mode) runs the live model's sync API: off the event loop
+        return await asyncio.to_thread(self._step, messages, stop, run_manager, kwargs,
+                                       streamed=streamed)
 
     def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
                   run_manager: CallbackManagerForLLMRun | None = None,
@@ -88,7 +113,7 @@ class ReplayChatModel(BaseChatModel):
         if run_manager is not None and "chunks" in output:
             for chunk in chat_chunks(output):
                 run_manager.on_llm_new_token(_token(chunk), chunk=chunk)
-        if step.is_error:
+        if step is not None and step.is_error:
             raise error_of(step, output)
         return ChatResult(generations=chat_generations(output),
                           llm_output=output.get("llm_output"))
@@ -96,11 +121,11 @@ class ReplayChatModel(BaseChatModel):
     async def _agenerate(self, messages: list[BaseMessage], stop: list[str] | None = None,
                          run_manager: AsyncCallbackManagerForLLMRun | None = None,
                          **kwargs: Any) -> ChatResult:
-        step, output = self._step(messages, stop, run_manager, kwargs)
+        step, output = await self._astep(messages, stop, run_manager, kwargs)
         if run_manager is not None and "chunks" in output:
             for chunk in chat_chunks(output):
                 await run_manager.on_llm_new_token(_token(chunk), chunk=chunk)
-        if step.is_error:
+        if step is not None and step.is_error:
             await wait_if_cancelled(output)
             raise error_of(step, output)
         return ChatResult(generations=chat_generations(output),
@@ -110,20 +135,20 @@ class ReplayChatModel(BaseChatModel):
                 run_manager: CallbackManagerForLLMRun | None = None,
                 **kwargs: Any) -> Iterator[ChatGenerationChunk]:
         # LangChain's own stream() fires on_llm_new_token for each chunk yielded here
-        step, output = self._step(messages, stop, run_manager, kwargs)
+        step, output = self._step(messages, stop, run_manager, kwargs, streamed=True)
         chunks = chat_chunks(output)
         yield from chunks
-        if step.is_error:
+        if step is not None and step.is_error:
             raise error_of(step, output, len(chunks))
 
     async def _astream(self, messages: list[BaseMessage], stop: list[str] | None = None,
                        run_manager: AsyncCallbackManagerForLLMRun | None = None,
                        **kwargs: Any) -> AsyncIterator[ChatGenerationChunk]:
-        step, output = self._step(messages, stop, run_manager, kwargs)
+        step, output = await self._astep(messages, stop, run_manager, kwargs, streamed=True)
         chunks = chat_chunks(output)
         for chunk in chunks:
             yield chunk
-        if step.is_error:
+        if step is not None and step.is_error:
             await wait_if_cancelled(output)
             raise error_of(step, output, len(chunks))
 

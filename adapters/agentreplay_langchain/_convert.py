@@ -64,7 +64,10 @@ def dump(value: Any) -> Any:
         return {ENVELOPE: ENVELOPE_VERSION, "dumpd": dumpd(value)}
     if isinstance(value, list) and value and all(isinstance(v, ALLOWED_CLASSES) for v in value):
         return [dump(v) for v in value]
-    return copy.deepcopy(value)
+    try:
+        return copy.deepcopy(value)
+    except Exception:  # a live resource (a lock, a connection): stored as unencodable, counted
+        return value
 
 
 def revive(stored: Any) -> Any:

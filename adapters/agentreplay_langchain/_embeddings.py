@@ -91,28 +91,53 @@ class RecordingEmbeddings(Embeddings):
 
 
 class ReplayEmbeddings(Embeddings):
-    """Returns the recorded vectors, bit for bit, for the same texts in the same mode."""
+    """Returns the recorded vectors, bit for bit, for the same texts in the same mode.
 
-    def __init__(self, player: Player, *, name: str = EMBEDDINGS) -> None:
+    With `live=` (the real embeddings) and a replay opened with `on_divergence="live"`, texts
+    the recording does not hold are embedded live from the first divergence on, and recorded
+    into the forked run.
+    """
+
+    def __init__(self, player: Player, *, name: str = EMBEDDINGS,
+                 live: Embeddings | None = None) -> None:
         self.player = player
         self.name = name
+        self.live = live
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        live = self.live
         result: list[list[float]] = self.player.next(
-            "embedding", self.name, embedding_request("documents", texts))
+            "embedding", self.name, embedding_request("documents", texts),
+            live=(lambda: _floats(live.embed_documents(texts))) if live else None)
         return result
 
     def embed_query(self, text: str) -> list[float]:
-        result: list[float] = self.player.next("embedding", self.name,
-                                               embedding_request("query", [text]))
+        live = self.live
+        result: list[float] = self.player.next(
+            "embedding", self.name, embedding_request("query", [text]),
+            live=(lambda: _floats([live.embed_query(text)])[0]) if live else None)
         return result
 
     async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
+        live = self.live
+
+        async def embed() -> list[list[float]]:
+            assert live is not None
+            return _floats(await live.aembed_documents(texts))
+
         result: list[list[float]] = await self.player.anext(
-            "embedding", self.name, embedding_request("documents", texts))
+            "embedding", self.name, embedding_request("documents", texts),
+            live=embed if live else None)
         return result
 
     async def aembed_query(self, text: str) -> list[float]:
+        live = self.live
+
+        async def embed() -> list[float]:
+            assert live is not None
+            return _floats([await live.aembed_query(text)])[0]
+
         result: list[float] = await self.player.anext(
-            "embedding", self.name, embedding_request("query", [text]))
+            "embedding", self.name, embedding_request("query", [text]),
+            live=embed if live else None)
         return result

@@ -64,6 +64,11 @@ def _guarded(method: F) -> F:
             self.recorder.stats.internal_errors += 1
             log.exception("agentreplay: run %s: recording callback %s failed",
                           self.recorder.run_id, method.__name__)
+            run_id = kwargs.get("run_id")
+            if run_id is not None and method.__name__.endswith(("_end", "_error")):
+                # the run ended all the same: it must not stay the current path
+                self._leave(run_id)
+                self._take(run_id)
     return cast(F, wrapper)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable
 from contextvars import ContextVar, Token
@@ -53,7 +54,11 @@ register_configure_hook(_tracking, True, RunTreeTracker)
 
 
 class Instrumentation:
-    """The handle `instrument()` returns: `.close()` (or leaving the `with` block) detaches."""
+    """The handle `instrument()` returns: `.close()` (or leaving the `with` block) detaches.
+
+    Closing works from any thread or task: runs started after it are not recorded anywhere,
+    runs under way finish recording.
+    """
 
     def __init__(self, var: ContextVar[Any], handler: RunTreeTracker) -> None:
         self.handler = handler
@@ -64,10 +69,10 @@ class Instrumentation:
         if self._token is None:
             return
         self.handler.closed = True  # type: ignore[attr-defined]
-        try:
+        # Only the context that opened the handle can reset it; elsewhere the closed handler
+        # stays set but takes no new runs (setting None there could detach another handle).
+        with contextlib.suppress(ValueError):
             self._var.reset(self._token)
-        except ValueError:  # closed from another context than it was opened in
-            self._var.set(None)
         self._token = None
 
     def __enter__(self) -> Instrumentation:

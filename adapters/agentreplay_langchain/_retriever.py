@@ -13,7 +13,7 @@ from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, Field
 
 from agentreplay_core import Player
-from agentreplay_langchain._convert import retriever_request, revive
+from agentreplay_langchain._convert import dump, retriever_request, revive
 from agentreplay_langchain._tree import tracked_path
 
 
@@ -25,18 +25,30 @@ class ReplayRetriever(BaseRetriever):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     player: Player = Field(exclude=True)
+    #: the real retriever, asked from the first divergence on (`on_divergence="live"` only)
+    live: BaseRetriever | None = Field(default=None, exclude=True)
 
-    def _documents(self, query: str, run_manager: Any) -> list[Document]:
-        path = tracked_path(run_manager.handlers, run_manager.run_id) if run_manager else None
-        documents = revive(self.player.next("retriever", "retriever", retriever_request(query),
-                                            path=path))
-        return list(documents)
+    def _path(self, run_manager: Any) -> str | None:
+        return tracked_path(run_manager.handlers, run_manager.run_id) if run_manager else None
 
     def _get_relevant_documents(self, query: str, *,
                                 run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
-        return self._documents(query, run_manager)
+        live = self.live
+        stored = self.player.next(
+            "retriever", "retriever", retriever_request(query), path=self._path(run_manager),
+            live=(lambda: dump(live.invoke(query))) if live else None)
+        return list(revive(stored))
 
     async def _aget_relevant_documents(
             self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun
     ) -> list[Document]:
-        return self._documents(query, run_manager)
+        live = self.live
+
+        async def retrieve() -> Any:
+            assert live is not None
+            return dump(await live.ainvoke(query))
+
+        stored = await self.player.anext(
+            "retriever", "retriever", retriever_request(query), path=self._path(run_manager),
+            live=retrieve if live else None)
+        return list(revive(stored))

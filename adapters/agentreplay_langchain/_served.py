@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
+import operator
+from collections.abc import Callable
 from typing import Any
 
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, BaseMessageChunk
@@ -18,7 +21,7 @@ from langchain_core.outputs import (
 
 from agentreplay_core import AgentReplayError, Step
 from agentreplay_core._recorded_errors import error_from_record, is_cancellation
-from agentreplay_langchain._convert import revive
+from agentreplay_langchain._convert import dump, revive
 
 
 class AbandonedStreamReplayed(AgentReplayError):
@@ -34,7 +37,8 @@ def error_of(step: Step, output: dict[str, Any], served_chunks: int | None = Non
             f"run {step.run_id}, step {step.step} ({step.kind} {step.name!r}): the recorded "
             f"stream was abandoned by its consumer{told}; the replay asked for more than was "
             "recorded. Stop reading the stream where the recorded run did.")
-    return error_from_record(output.get("error"))
+    # a live call of a forked run recorded its error as the step's whole output
+    return error_from_record(output.get("error", output))
 
 
 async def wait_if_cancelled(output: dict[str, Any]) -> None:
@@ -42,6 +46,31 @@ async def wait_if_cancelled(output: dict[str, Any]) -> None:
     the caller's same timeout fires again."""
     if is_cancellation(output.get("error")):
         await asyncio.Event().wait()
+
+
+def live_call(model: Any, messages: list[BaseMessage], stop: list[str] | None,
+              kwargs: dict[str, Any], *, streamed: bool) -> Callable[[], dict[str, Any]]:
+    """The call of the live model for a replay that went live: the same messages, stop and
+    bound tools, its answer in the form the recording handler stores (so that the forked run
+    replays like any recording)."""
+    def call() -> dict[str, Any]:
+        options = dict(kwargs)
+        tools, choice = options.pop("tools", None), options.pop("tool_choice", None)
+        runnable = model.bind_tools(tools, **({"tool_choice": choice} if choice else {})) \
+            if tools else model
+        if options:
+            runnable = runnable.bind(**options)
+        # no callbacks: the replay model's own run reports the answer to the caller's handlers
+        output: dict[str, Any] = {"model": {"class": type(model).__qualname__}}
+        if streamed:
+            chunks = list(runnable.stream(messages, stop=stop))
+            output["chunks"] = [dump(ChatGenerationChunk(message=c)) for c in chunks]
+            answer = message_chunk_to_message(functools.reduce(operator.add, chunks))
+        else:
+            answer = runnable.invoke(messages, stop=stop)
+        output["generations"] = [dump(ChatGeneration(message=answer))]
+        return output
+    return call
 
 
 def chat_generations(output: dict[str, Any]) -> list[ChatGeneration]:

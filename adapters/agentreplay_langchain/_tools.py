@@ -3,6 +3,7 @@ recording and never runs the original."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -17,14 +18,16 @@ from langchain_core.tools import BaseTool, Tool
 from pydantic import ConfigDict, Field
 
 from agentreplay_core import Player
+from agentreplay_core._recorded_errors import error_to_record
 from agentreplay_langchain._compat import tool_start_inputs
-from agentreplay_langchain._convert import revive, tool_request
+from agentreplay_langchain._convert import dump, revive, tool_request
 from agentreplay_langchain._tree import tracked_path
 
 
 @dataclass
 class _Invocation:
     request: Any
+    tool_input: Any = None
     tool_call_id: str | None = None
     served: bool = False
 
@@ -51,13 +54,16 @@ class ReplayTool(BaseTool):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     player: Player = Field(exclude=True)
+    #: the original tool, run only from the first divergence on of a replay opened with
+    #: `on_divergence="live"` (its results are recorded into the forked run)
+    live: BaseTool | None = Field(default=None, exclude=True)
 
     @classmethod
     def from_tool(cls, tool: BaseTool, player: Player) -> ReplayTool:
         if isinstance(tool, ReplayTool):
             return tool
         fields: dict[str, Any] = {f: getattr(tool, f) for f in _COPIED}
-        fields.update(name=tool.name, description=tool.description, player=player)
+        fields.update(name=tool.name, description=tool.description, player=player, live=tool)
         if isinstance(tool, Tool) and not tool.args_schema:
             # a legacy single-input tool: models see one string argument `__arg1`, which only
             # a `Tool` shows them; its input handling is the same as the original's
@@ -71,11 +77,12 @@ class ReplayTool(BaseTool):
                | None, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         invocation = _invocation.get()
         if invocation is None:  # _run called directly: take the arguments as they came
-            invocation = _Invocation(tool_request(args[0] if len(args) == 1 and not kwargs
-                                                  else kwargs))
+            given = args[0] if len(args) == 1 and not kwargs else kwargs
+            invocation = _Invocation(tool_request(given), tool_input=given)
         invocation.served = True
         path = tracked_path(run_manager.handlers, run_manager.run_id) if run_manager else None
-        output = self.player.next("tool", self.name, invocation.request, path=path)
+        live = self._live_call(invocation) if self.live is not None else None
+        output = self.player.next("tool", self.name, invocation.request, path=path, live=live)
         result = revive(output["result"]) if isinstance(output, dict) else output
         artifacts = self.response_format == "content_and_artifact"
         if isinstance(result, ToolMessage):
@@ -88,6 +95,18 @@ class ReplayTool(BaseTool):
             return (result.content, result.artifact) if artifacts else result.content
         return (result, None) if artifacts else result
 
+    def _live_call(self, invocation: _Invocation) -> Callable[[], dict[str, Any]]:
+        """The original's run for a replay that went live, its result in the form the recording
+        handler stores (so that the forked run replays like any recording)."""
+        tool = self.live
+        assert tool is not None
+
+        def call() -> dict[str, Any]:
+            # no callbacks: this replay tool's own run reports the result to the caller's
+            result = tool.run(invocation.tool_input, tool_call_id=invocation.tool_call_id)
+            return {"result": dump(result), "tool_call_id": invocation.tool_call_id}
+        return call
+
     def _run(self, *args: Any, run_manager: CallbackManagerForToolRun | None = None,
              **kwargs: Any) -> Any:
         return self._serve(run_manager, args, kwargs)
@@ -96,28 +115,35 @@ class ReplayTool(BaseTool):
                     **kwargs: Any) -> Any:
         return self._serve(run_manager, args, kwargs)
 
-    def _unserved(self, invocation: _Invocation) -> None:
+    def _unserved(self, invocation: _Invocation, output: Callable[[], Any], *,
+                  is_error: bool = False) -> None:
         """The call never reached _run (its arguments failed validation, as they did while
-        recording): the recorded step of it is used up all the same."""
-        if not invocation.served:
-            self.player.next_step("tool", self.name, invocation.request)
+        recording): the recorded step of it is used up all the same, or, once a replay went
+        live, the call is recorded into the forked run as a recording would have."""
+        if invocation.served:
+            return
+        fork = self.player.fork
+        if fork is not None and self.live is not None:
+            fork.record("tool", self.name, invocation.request, output(), is_error=is_error)
+            return
+        self.player.next_step("tool", self.name, invocation.request)
 
-    def _start(self, tool_input: str | dict[str, Any], kwargs: dict[str, Any]
-                    ) -> _Invocation:
+    def _start(self, tool_input: str | dict[str, Any], kwargs: dict[str, Any]) -> _Invocation:
         return _Invocation(tool_request(tool_start_inputs(self, tool_input)),
-                           tool_call_id=kwargs.get("tool_call_id"))
+                           tool_input=tool_input, tool_call_id=kwargs.get("tool_call_id"))
 
     def run(self, tool_input: str | dict[str, Any], *args: Any, **kwargs: Any) -> Any:
         invocation = self._start(tool_input, kwargs)
         token = _invocation.set(invocation)
         try:
             result = super().run(tool_input, *args, **kwargs)
-        except Exception:
-            self._unserved(invocation)
+        except Exception as exc:
+            self._unserved(invocation, functools.partial(error_to_record, exc), is_error=True)
             raise
         finally:
             _invocation.reset(token)
-        self._unserved(invocation)
+        self._unserved(invocation, lambda: {"result": dump(result),
+                                            "tool_call_id": invocation.tool_call_id})
         return result
 
     async def arun(self, tool_input: str | dict[str, Any], *args: Any, **kwargs: Any) -> Any:
@@ -125,12 +151,13 @@ class ReplayTool(BaseTool):
         token = _invocation.set(invocation)
         try:
             result = await super().arun(tool_input, *args, **kwargs)
-        except Exception:
-            self._unserved(invocation)
+        except Exception as exc:
+            self._unserved(invocation, functools.partial(error_to_record, exc), is_error=True)
             raise
         finally:
             _invocation.reset(token)
-        self._unserved(invocation)
+        self._unserved(invocation, lambda: {"result": dump(result),
+                                            "tool_call_id": invocation.tool_call_id})
         return result
 
 

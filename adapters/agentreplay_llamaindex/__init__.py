@@ -12,6 +12,15 @@ Example (record a run, then replay it with no model behind it):
     ...     ReplayLLM(player=player).complete("Say hello").text == live
     True
 
+Fork and continue: a changed call, and every call after it, goes to the live model and is
+recorded into a new run that points back at the recording:
+
+    >>> with store.replay(rec.run_id, on_divergence="live") as player:
+    ...     llm = ReplayLLM(player=player, live=MockLLM(max_tokens=3))
+    ...     _ = llm.complete("Say goodbye")
+    >>> store.get_run(player.fork.run_id).parent_run_id == rec.run_id
+    True
+
 Importing it without llama-index-core installed raises an ImportError naming the extra.
 """
 

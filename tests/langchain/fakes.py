@@ -47,8 +47,7 @@ from langchain_core.outputs import (
 from langchain_core.runnables import Runnable, RunnableMap, RunnablePassthrough
 from langchain_core.tools import BaseTool, tool
 from langchain_core.utils.function_calling import convert_to_json_schema, convert_to_openai_tool
-from pydantic import BaseModel
-
+from pydantic import BaseModel, Field
 
 #: per model turn, the (tool name, args) calls the scripted model makes
 Plan = list[list[tuple[str, dict[str, Any]]]]
@@ -67,7 +66,7 @@ class ScriptedChatModel(BaseChatModel):
     result since.
     """
 
-    plan: Plan = []
+    plan: Plan = Field(default_factory=list)
     calls: int = 0
 
     @property
@@ -196,11 +195,18 @@ class HashEmbeddings(Embeddings):
         return self._vector(text)
 
 
-def transcript(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
-    """What a user compares between a live run and its replay: everything but object identity."""
+def transcript(messages: Sequence[BaseMessage], *, tool_message_ids: bool = True
+               ) -> list[dict[str, Any]]:
+    """What a user compares between a live run and its replay: everything but object identity.
+
+    `tool_message_ids=False` leaves out the ids LangGraph draws for tool messages in worker
+    threads when tools run as parallel tasks (which thread draws first is not replayed).
+    """
     out = []
     for m in messages:
-        item: dict[str, Any] = {"type": m.type, "content": m.content, "id": m.id}
+        keep_id = tool_message_ids or not isinstance(m, ToolMessage)
+        item: dict[str, Any] = {"type": m.type, "content": m.content,
+                                "id": m.id if keep_id else None}
         if isinstance(m, AIMessage):
             item["tool_calls"] = m.tool_calls
             item["usage"] = m.usage_metadata
@@ -216,9 +222,9 @@ def transcript(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
 
 _socket_watchers: list[list[tuple[str, str]]] = []
 _socket_lock = threading.Lock()
-_NETWORK_EVENTS = frozenset({"socket.__new__", "socket.connect", "socket.getaddrinfo",
-                             "socket.sendto", "socket.sendmsg", "socket.gethostbyname",
-                             "socket.bind"})
+# not socket creation: asyncio makes a local socketpair for every event loop
+_NETWORK_EVENTS = frozenset({"socket.connect", "socket.getaddrinfo", "socket.sendto",
+                             "socket.sendmsg", "socket.gethostbyname", "socket.gethostbyaddr"})
 
 
 def _audit(event: str, args: tuple[Any, ...]) -> None:
@@ -233,9 +239,9 @@ _audit_installed = False
 
 @contextlib.contextmanager
 def network_attempts() -> Iterator[list[tuple[str, str]]]:
-    """Every socket that Python code creates, connects, looks up or sends on while the block
-    runs, seen through an audit hook (PEP 578). (What the network guard refuses raises before
-    it gets this far; libpq's own connections are C and not seen.)"""
+    """Every connect, name lookup or datagram send that Python code makes while the block runs,
+    in any thread, seen through an audit hook (PEP 578). (What the network guard refuses raises
+    before it gets this far; libpq's own connections are C and not seen.)"""
     global _audit_installed
     with _socket_lock:
         if not _audit_installed:  # audit hooks cannot be removed: install one, once

@@ -40,7 +40,10 @@ def test_middleware_replays_the_whole_agent(store: Store) -> None:
         agent = agents.create_agent(model, make_tools(counter),
                                     middleware=[ReplayMiddleware(player)])
         replayed = agent.invoke(question())["messages"]
-    assert transcript(replayed) == transcript(live)
+    # create_agent runs each tool call as its own task: the ids LangGraph gives the tool
+    # messages are drawn in racing worker threads, so they are left out of the comparison
+    assert transcript(replayed, tool_message_ids=False) == \
+        transcript(live, tool_message_ids=False)
     assert model.calls == 0 and counter.total == 0  # the originals never ran
 
 
@@ -50,4 +53,5 @@ def test_middleware_replays_the_agent_asynchronously(store: Store) -> None:
         agent = agents.create_agent(ScriptedChatModel(plan=PLAN), make_tools(Counter()),
                                     middleware=[ReplayMiddleware(player)])
         replayed = asyncio.run(agent.ainvoke(question()))["messages"]
-    assert transcript(replayed) == transcript(live)
+    assert transcript(replayed, tool_message_ids=False) == \
+        transcript(live, tool_message_ids=False)

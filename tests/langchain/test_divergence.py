@@ -5,6 +5,7 @@ live."""
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 from uuid import UUID
@@ -84,7 +85,6 @@ def replay_agent(store: Store, run_id: UUID, tools: Sequence[BaseTool] | None = 
         except ReplayDivergence:
             # still inside the replay: the guard is on, so nothing could have gone out
             with pytest.raises(NetworkAccessDuringReplay):
-                import socket
                 socket.create_connection(("203.0.113.9", 443), timeout=1)
             raise
     assert counter.total == 0
@@ -207,7 +207,8 @@ def test_divergence_propagates_out_of_a_langgraph_graph(store: Store, offline: l
 
 
 def test_replay_model_holds_no_live_model(store: Store, recorded: UUID) -> None:
-    # nothing to fall back on: whatever the recording does not hold can only raise
+    # built without `live=` (which only `on_divergence="live"` uses), it has nothing to fall
+    # back on: whatever the recording does not hold can only raise
     with store.replay(recorded, allow_unused=True) as player:
         model = ReplayChatModel(player=player)
         held = [getattr(model, name) for name in type(model).model_fields]

@@ -30,7 +30,8 @@ from agentreplay_langchain import (
     ReplayRetriever,
     replay_tools,
 )
-from tests.langchain.fakes import Counter, HashEmbeddings, transcript
+from tests.langchain.fakes import Counter, HashEmbeddings, Plan, ScriptedChatModel, transcript
+from tests.langchain.test_tool_loop import tool_loop
 
 
 class QuotaExceeded(Exception):
@@ -316,3 +317,24 @@ def test_embedding_errors_and_timeouts_replay(store: Store) -> None:
         assert asyncio.run(agent(replay)) == vector
     assert str(replayed.value) == str(live.value)
     assert inner.calls == calls
+
+
+def test_a_validation_error_after_going_live_is_recorded_into_the_fork(store: Store) -> None:
+    before: Plan = [[("repeat", {"text": "ab", "times": 2})]]
+    after: Plan = [[("repeat", {"text": "ab", "times": "many"})]]  # the new model errs
+    with store.record(name="before") as rec:
+        tool_loop(ScriptedChatModel(plan=before), [strict_tool(Counter(), True)], "twice",
+                  callbacks(rec))
+    counter = Counter()
+    with store.replay(rec.run_id, on_divergence="live", allow_unused=True) as player:
+        live = tool_loop(ReplayChatModel(player=player, live=ScriptedChatModel(plan=after)),
+                         replay_tools(player, [strict_tool(counter, True)]), "twice, please")
+        assert player.fork is not None
+        fork_id = player.fork.run_id
+    rejected = live[2]
+    assert isinstance(rejected, ToolMessage) and rejected.status == "error"
+    assert counter.total == 0  # rejected before it could run
+    with store.replay(fork_id) as player:  # raises if the rejected call was not recorded
+        again = tool_loop(ReplayChatModel(player=player),
+                          replay_tools(player, [strict_tool(Counter(), True)]), "twice, please")
+    assert transcript(again) == transcript(live)

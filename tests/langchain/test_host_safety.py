@@ -120,9 +120,7 @@ def odd_tools(counter: Counter) -> list[BaseTool]:
             for f in (connect, opaque, measure, echo)]
 
 
-@pytest.mark.parametrize("name", ["opaque", pytest.param("connect", marks=pytest.mark.xfail(
-    strict=True, reason="_convert.dump deep-copies plain results and a lock cannot be copied: "
-    "the step is dropped (internal error) instead of stored as unencodable"))])
+@pytest.mark.parametrize("name", ["opaque", "connect"])
 def test_an_unstorable_tool_result_is_counted_and_the_run_goes_on(store: Store,
                                                                   name: str) -> None:
     counter = Counter()

@@ -15,6 +15,7 @@ from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 
 from agentreplay_core import Recorder, Store
 from agentreplay_langchain import (
+    Instrumentation,
     RecordingCallbackHandler,
     ReplayChatModel,
     RunTreeTracker,
@@ -71,9 +72,12 @@ def test_instrument_twice_raises(store: Store) -> None:
     with store.record(name="twice") as rec, instrument(rec):
         with pytest.raises(RuntimeError, match=r"already active.*close the first handle"):
             instrument(rec)
-        with store.replay(rec.run_id, allow_unused=True) as player, \
-                pytest.raises(RuntimeError, match="already active"):
+        ScriptedChatModel().invoke("hi")
+    assert rec.step_count == 1  # recorded once, by the first handle
+    with store.replay(rec.run_id) as player, instrument(player):
+        with pytest.raises(RuntimeError, match="already active"):
             instrument(player)
+        ReplayChatModel(player=player).invoke("hi")
     with store.record(name="again") as rec2, instrument(rec2):  # free again once closed
         ScriptedChatModel().invoke("hi")
     assert rec2.step_count == 1
@@ -125,17 +129,23 @@ def test_ainvoke_and_abatch_record(store: Store) -> None:
 def test_a_handle_closed_in_another_context_detaches_everywhere(store: Store) -> None:
     model = ScriptedChatModel()
 
+    def shutdown(handle: Instrumentation, rec: Recorder) -> None:
+        # e.g. a shutdown hook in another task, which has an instrumentation of its own
+        with instrument(rec):
+            handle.close()
+            chain(model).invoke({"q": "the other context's own"})
+
     def agent(rec: Recorder) -> None:
         handle = instrument(rec)
         chain(model).invoke({"q": "before"})
-        contextvars.copy_context().run(handle.close)  # e.g. a shutdown hook in another task
+        contextvars.Context().run(shutdown, handle, rec)
         chain(model).invoke({"q": "after"})
         with instrument(rec):  # and instrumenting again is allowed
             chain(model).invoke({"q": "again"})
 
     with store.record(name="elsewhere") as rec:
         contextvars.copy_context().run(agent, rec)  # what it leaves set stays in there
-    assert prompts(store, rec.run_id) == ["before", "again"]
+    assert prompts(store, rec.run_id) == ["before", "the other context's own", "again"]
 
 
 def test_instrument_with_a_player_attaches_only_the_tracker(store: Store) -> None:

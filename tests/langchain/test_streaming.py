@@ -399,3 +399,18 @@ def test_invoke_recording_streams_only_its_valid_tool_calls(store: Store) -> Non
     with store.replay(rec.run_id) as player:
         invoked = ReplayChatModel(player=player).invoke(QUESTION)
     assert invoked.invalid_tool_calls == live.invalid_tool_calls
+
+
+def test_stream_that_diverges_goes_live_and_its_chunks_replay_from_the_fork(store: Store) -> None:
+    with store.record(name="before-fork") as rec:
+        list(ScriptedChatModel().stream(QUESTION,
+                                        config={"callbacks": [RecordingCallbackHandler(rec)]}))
+    live = ScriptedChatModel()
+    with store.replay(rec.run_id, on_divergence="live", allow_unused=True) as player:
+        went_live = list(ReplayChatModel(player=player, live=live).stream("a changed prompt"))
+        assert player.fork is not None
+        fork_id = player.fork.run_id
+    assert live.calls == 1 and "a changed prompt" in str(merged(went_live).content)
+    with store.replay(fork_id) as player:
+        replayed = list(ReplayChatModel(player=player).stream("a changed prompt"))
+    assert [chunk_view(c) for c in replayed] == [chunk_view(c) for c in went_live]

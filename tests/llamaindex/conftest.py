@@ -10,6 +10,7 @@ from llama_index_instrumentation import get_dispatcher
 
 from agentreplay_core import Store, open_store
 from agentreplay_llamaindex import RecordingEventHandler, RecordingSpanHandler
+from agentreplay_llamaindex._tracking import TrackingSpanHandler, tracked_tree
 
 
 @pytest.fixture
@@ -26,5 +27,7 @@ def _no_leftover_handlers() -> Iterator[None]:
     yield
     root = get_dispatcher()
     leftovers = [h for h in [*root.event_handlers, *root.span_handlers]
-                 if isinstance(h, (RecordingEventHandler, RecordingSpanHandler))]
+                 if isinstance(h, (RecordingEventHandler, RecordingSpanHandler,
+                                   TrackingSpanHandler))]
     assert not leftovers, "a test left agentreplay handlers attached to the root dispatcher"
+    assert tracked_tree() is None, "a test left a replay tracked"

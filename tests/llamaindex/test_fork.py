@@ -4,7 +4,7 @@ objects answer, and the forked run they are recorded into replays like any recor
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import pytest
@@ -62,9 +62,13 @@ def shape(step: Step) -> tuple[Any, ...]:
     """What a step's format is made of, without its sampled values."""
     out = step.output if isinstance(step.output, dict) else {}
     kwargs = out.get("request_kwargs")
-    return (step.kind, step.name, sorted(step.input), step.input.get("tools"),
+    return (step.kind, step.name, step.path, sorted(step.input), step.input.get("tools"),
             step.input.get("metadata"), sorted(out),
             sorted(kwargs) if isinstance(kwargs, dict) else None, out.get("stream"))
+
+
+def unordered(items: Iterable[Any]) -> list[str]:
+    return sorted(repr(i) for i in items)
 
 
 @pytest.mark.parametrize("workflow", [False, True], ids=["streaming-agent", "workflow"])
@@ -79,7 +83,8 @@ def test_agent_continues_live_after_a_changed_prompt(li_store: Store, workflow: 
     ran.clear()
 
     live = CountingLLM()
-    with li_store.replay(rec.run_id, on_divergence="live") as player:
+    # tracked, so that the live calls are recorded at the paths a recording gives them
+    with li_store.replay(rec.run_id, on_divergence="live") as player, instrument(player):
         continued = asyncio.run(two_turns(ReplayLLM(player, live=live),
                                           replay_tools(player, tools), CHANGED,
                                           workflow=workflow))
@@ -97,9 +102,11 @@ def test_agent_continues_live_after_a_changed_prompt(li_store: Store, workflow: 
     assert run.parent_run_id == rec.run_id and run.fork_step == 5
     forked = li_store.load_steps(fork.run_id)
     assert [s.kind for s in forked] == ["llm", "tool", "tool", "llm"] * 2
-    assert [(s.input, s.output) for s in forked[:4]] == [(s.input, s.output) for s in steps[:4]]
-    # recorded as the handlers record: the same request and output fields as a recording
-    assert [shape(s) for s in forked[4:]] == [shape(s) for s in steps[4:]]
+    # (parallel tools finish in any order, so steps are compared as sets)
+    assert unordered((s.input, s.output, s.path) for s in forked[:4]) \
+        == unordered((s.input, s.output, s.path) for s in steps[:4])
+    # recorded as the handlers record: the same request and output fields, at the same paths
+    assert unordered(shape(s) for s in forked[4:]) == unordered(shape(s) for s in steps[4:])
 
     ran.clear()
     with li_store.replay(fork.run_id) as player:  # network guard on, every step consumed
@@ -110,10 +117,7 @@ def test_agent_continues_live_after_a_changed_prompt(li_store: Store, workflow: 
 
 def _text(result: Any) -> str:
     """The text of a response, or of a stream's last chunk."""
-    last = result
-    if hasattr(result, "__next__"):
-        for last in result:
-            pass
+    last = list(result)[-1] if hasattr(result, "__next__") else result
     message = getattr(last, "message", None)
     return str(message.content) if message is not None else str(last.text)
 
@@ -170,3 +174,22 @@ def test_without_live_mode_or_live_object_a_divergence_still_raises(li_store: St
             li_store.replay(rec.run_id, on_divergence="live") as p:
         ReplayLLM(p).complete("changed")
     assert live.asked == [] and len(li_store.list_runs()) == 1
+
+
+def test_a_live_stream_the_host_abandons_is_recorded_as_abandoned(li_store: Store) -> None:
+    def first_chunk(llm: Any, prompt: str) -> str:
+        stream = llm.stream_chat([ChatMessage(role=MessageRole.USER, content=prompt)])
+        text = str(next(stream).message.content)
+        stream.close()  # the host stops reading
+        return text
+
+    with li_store.record(name="abandon") as rec, instrument(rec):
+        first_chunk(ToolCallingLLM(), "one")
+    with li_store.replay(rec.run_id, on_divergence="live") as player:
+        live_text = first_chunk(ReplayLLM(player, live=CountingLLM()), "TWO")
+        fork = player.fork
+    assert fork is not None
+    [step] = li_store.load_steps(fork.run_id)
+    assert step.output["abandoned"] is True and len(step.output["chunks"]) == 1
+    with li_store.replay(fork.run_id) as player:
+        assert first_chunk(ReplayLLM(player), "TWO") == live_text == "done "

@@ -72,3 +72,21 @@ def test_a_handle_left_attached_after_its_run_is_replaced_by_the_next_run() -> N
     with store.record(name="second") as second, instrument(second) as handle:
         assert forgotten.closed and not handle.closed
     assert handle.closed
+
+
+def test_instrument_player_tracks_spans_only_and_detaches(li_store: Store) -> None:
+    root = get_dispatcher()
+    before = (list(root.event_handlers), list(root.span_handlers))
+    with li_store.record(name="a") as rec:
+        pass
+    with li_store.replay(rec.run_id) as player:
+        with instrument(player) as handle:
+            assert instrument(player) is handle and handle.recorder is None
+            assert root.event_handlers == before[0]  # nothing is recorded during replay
+            assert len(root.span_handlers) == len(before[1]) + 1
+            with open_store("memory:").record(name="b") as other, \
+                    pytest.raises(RuntimeError, match=f"replay of run {rec.run_id}"):
+                instrument(other)
+        assert (root.event_handlers, root.span_handlers) == before
+    with pytest.raises(TypeError, match="Recorder or a Player"):
+        instrument("not a run")  # type: ignore[arg-type]

@@ -1,0 +1,111 @@
+"""Fork and continue: replay the recorded prefix, go live from the first divergent call on."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from langchain_core.messages import BaseMessage, HumanMessage
+from langchain_core.tools import BaseTool
+
+from agentreplay_core import ReplayDivergence, Store
+from agentreplay_langchain import (
+    RecordingCallbackHandler,
+    ReplayChatModel,
+    ReplayEmbeddings,
+    ReplayRetriever,
+    replay_tools,
+)
+from tests.langchain.fakes import (
+    Counter,
+    HashEmbeddings,
+    Plan,
+    ScriptedChatModel,
+    make_tools,
+    transcript,
+)
+from tests.langchain.test_rag import rag_chain, vector_store
+from tests.langchain.test_rag import record as record_rag
+
+PLAN: Plan = [[("weather", {"city": "Lyon"})], [("add", {"a": 1.5, "b": 2.0})]]
+
+
+def loop(model: Any, tools: Sequence[BaseTool], nudge: str | None = None,
+         config: Any = None) -> list[BaseMessage]:
+    """A tool loop whose prompt can be fixed after the first turn (the `nudge`)."""
+    by_name = {t.name: t for t in tools}
+    bound = model.bind_tools(tools)
+    messages: list[BaseMessage] = [HumanMessage("plan a day in Lyon")]
+    for turn in range(4):
+        if turn == 1 and nudge:
+            messages.append(HumanMessage(nudge))
+        reply = bound.invoke(messages, config=config)
+        messages.append(reply)
+        if not reply.tool_calls:
+            break
+        messages.extend(by_name[c["name"]].invoke(c, config=config) for c in reply.tool_calls)
+    return messages
+
+
+def test_a_prompt_fix_replays_the_prefix_and_continues_live(store: Store) -> None:
+    with store.record(name="before the fix") as rec:
+        live = loop(ScriptedChatModel(plan=PLAN), make_tools(Counter()),
+                    config={"callbacks": [RecordingCallbackHandler(rec)]})
+
+    model = ScriptedChatModel(plan=PLAN)
+    counter = Counter()
+    with store.replay(rec.run_id, on_divergence="live", allow_unused=True) as player:
+        fixed = loop(ReplayChatModel(player=player, live=model),
+                     replay_tools(player, make_tools(counter)), nudge="keep it short")
+        assert player.fork is not None
+        fork_id = player.fork.run_id
+    # the first turn (model call and weather tool) came from the recording...
+    assert transcript(fixed[:3]) == transcript(live[:3])
+    # ...and from the changed prompt on, the live model and tools ran
+    assert model.calls == 2 and counter.counts == {"add": 1}
+    forked = store.get_run(fork_id)
+    assert forked.parent_run_id == rec.run_id and forked.fork_step is not None
+
+    # the forked run is a recording of its own: it replays with nothing live
+    with store.replay(fork_id) as player:
+        again = loop(ReplayChatModel(player=player), replay_tools(player, make_tools(Counter())),
+                     nudge="keep it short")
+    assert transcript(again) == transcript(fixed)
+
+
+def test_without_live_mode_a_live_model_is_never_called(store: Store) -> None:
+    with store.record(name="strict") as rec:
+        loop(ScriptedChatModel(plan=PLAN), make_tools(Counter()),
+             config={"callbacks": [RecordingCallbackHandler(rec)]})
+    model = ScriptedChatModel(plan=PLAN)
+    with pytest.raises(ReplayDivergence) as diverged, \
+            store.replay(rec.run_id, allow_unused=True) as player:
+        loop(ReplayChatModel(player=player, live=model),
+             replay_tools(player, make_tools(Counter())), nudge="keep it short")
+    assert diverged.value.classification == "prompt_changed"
+    assert model.calls == 0
+
+
+def test_a_changed_question_retrieves_and_embeds_live_in_the_fork(store: Store) -> None:
+    run_id, _, _, _ = record_rag(store)
+    embeddings = HashEmbeddings()
+    vectors = vector_store(embeddings)
+    calls_after_indexing = embeddings.calls
+    model = ScriptedChatModel()
+    with store.replay(run_id, on_divergence="live", allow_unused=True) as player:
+        retriever = ReplayRetriever(player=player,
+                                    live=vectors.as_retriever(search_kwargs={"k": 2}))
+        answer = rag_chain(retriever, ReplayChatModel(player=player, live=model)).invoke(
+            "What about Rome?")
+        vector = ReplayEmbeddings(player, live=embeddings).embed_query("What about Rome?")
+        assert player.fork is not None
+        fork_id = player.fork.run_id
+    assert "Rome" in str(answer.content) and model.calls == 1
+    assert embeddings.calls > calls_after_indexing  # the live retriever embedded the query
+    assert vector == embeddings._vector("What about Rome?")
+    with store.replay(fork_id, allow_unused=True) as player:
+        again = rag_chain(ReplayRetriever(player=player), ReplayChatModel(player=player)
+                          ).invoke("What about Rome?")
+        assert ReplayEmbeddings(player).embed_query("What about Rome?") == vector
+    assert again.content == answer.content and again.id == answer.id
