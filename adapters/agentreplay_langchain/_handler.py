@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -26,6 +27,10 @@ from agentreplay_langchain._tree import RunTreeTracker
 
 log = logging.getLogger("agentreplay")
 F = TypeVar("F", bound=Callable[..., None])
+
+#: invocation parameters never stored: some integrations put their credentials among them
+_SECRET_KEY = re.compile(r"api_?key|secret|password|credential|(access|auth|bearer)_?token",
+                         re.IGNORECASE)
 
 #: step names of model calls; the replay models use the same ones whatever the original class
 CHAT_MODEL = "chat_model"
@@ -109,8 +114,9 @@ class RecordingCallbackHandler(RunTreeTracker):
 
     def _model_info(self, serialized: dict[str, Any] | None, kwargs: dict[str, Any],
                     metadata: dict[str, Any] | None) -> dict[str, Any]:
-        params = dict(kwargs.get("invocation_params") or {})
-        params.pop("tools", None)  # in the request already
+        params = {key: "<redacted>" if _SECRET_KEY.search(key) else value
+                  for key, value in (kwargs.get("invocation_params") or {}).items()
+                  if key != "tools"}  # the tools are in the request already
         meta = metadata or {}
         ident = (serialized or {}).get("id")
         return cast(dict[str, Any], _plain({

@@ -90,6 +90,13 @@ def structured_output(model: ReplayChatModel, schema: dict[str, Any] | type, *,
         llm = model.bind(ls_structured_output_format=fmt)
         parser = (PydanticOutputParser(pydantic_object=schema)  # type: ignore[arg-type]
                   if is_model else JsonOutputParser())
+    return parsed_output(llm, parser, include_raw=include_raw)
+
+
+def parsed_output(llm: Runnable[Any, Any], parser: Runnable[Any, Any], *, include_raw: bool
+                  ) -> Runnable[Any, Any]:
+    """`llm | parser`, or with `include_raw` a dict of the raw message, the parsed value and
+    the parsing error, as LangChain's own models return it."""
     if not include_raw:
         return llm | parser
     parsed = RunnablePassthrough.assign(parsed=itemgetter("raw") | parser,

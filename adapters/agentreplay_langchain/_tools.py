@@ -3,8 +3,9 @@ recording and never runs the original."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
@@ -128,37 +129,36 @@ class ReplayTool(BaseTool):
             return
         self.player.next_step("tool", self.name, invocation.request)
 
-    def _start(self, tool_input: str | dict[str, Any], kwargs: dict[str, Any]) -> _Invocation:
-        return _Invocation(tool_request(tool_start_inputs(self, tool_input)),
-                           tool_input=tool_input, tool_call_id=kwargs.get("tool_call_id"))
+    @contextlib.contextmanager
+    def _invoking(self, tool_input: str | dict[str, Any], kwargs: dict[str, Any]
+                  ) -> Iterator[_Invocation]:
+        """The request as on_tool_start saw it, for `_run`; a call that failed before `_run`
+        uses up (or, live, records) its step with the error."""
+        invocation = _Invocation(tool_request(tool_start_inputs(self, tool_input)),
+                                 tool_input=tool_input, tool_call_id=kwargs.get("tool_call_id"))
+        token = _invocation.set(invocation)
+        try:
+            yield invocation
+        except Exception as exc:
+            self._unserved(invocation, functools.partial(error_to_record, exc), is_error=True)
+            raise
+        finally:
+            _invocation.reset(token)
+
+    def _returned(self, invocation: _Invocation, result: Any) -> Any:
+        self._unserved(invocation, lambda: {"result": dump(result),
+                                            "tool_call_id": invocation.tool_call_id})
+        return result
 
     def run(self, tool_input: str | dict[str, Any], *args: Any, **kwargs: Any) -> Any:
-        invocation = self._start(tool_input, kwargs)
-        token = _invocation.set(invocation)
-        try:
+        with self._invoking(tool_input, kwargs) as invocation:
             result = super().run(tool_input, *args, **kwargs)
-        except Exception as exc:
-            self._unserved(invocation, functools.partial(error_to_record, exc), is_error=True)
-            raise
-        finally:
-            _invocation.reset(token)
-        self._unserved(invocation, lambda: {"result": dump(result),
-                                            "tool_call_id": invocation.tool_call_id})
-        return result
+        return self._returned(invocation, result)
 
     async def arun(self, tool_input: str | dict[str, Any], *args: Any, **kwargs: Any) -> Any:
-        invocation = self._start(tool_input, kwargs)
-        token = _invocation.set(invocation)
-        try:
+        with self._invoking(tool_input, kwargs) as invocation:
             result = await super().arun(tool_input, *args, **kwargs)
-        except Exception as exc:
-            self._unserved(invocation, functools.partial(error_to_record, exc), is_error=True)
-            raise
-        finally:
-            _invocation.reset(token)
-        self._unserved(invocation, lambda: {"result": dump(result),
-                                            "tool_call_id": invocation.tool_call_id})
-        return result
+        return self._returned(invocation, result)
 
 
 class _ReplaySingleInputTool(ReplayTool, Tool):

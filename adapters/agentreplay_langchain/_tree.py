@@ -53,6 +53,18 @@ def run_name(run_type: str, serialized: dict[str, Any] | None, kwargs: dict[str,
                or (ident[-1] if isinstance(ident, list) and ident else "chain"))
 
 
+def _langgraph_task(positional: list[str], metadata: Any) -> str | None:
+    """For the run of a LangGraph task (it carries its own `graph:step:N` tag): "" for a node
+    the graph pulled, `push:I` for the I-th `Send` of its step, so that parallel sends of the
+    same node get their own paths whatever order their threads start in; else None."""
+    if not any(t.startswith("graph:step:") for t in positional):
+        return None
+    where = metadata.get("langgraph_path") if isinstance(metadata, dict) else None
+    if isinstance(where, (list, tuple)) and where and where[0] == "__pregel_push":
+        return "push:" + ",".join(str(part) for part in where[1:])
+    return ""
+
+
 class RunTreeTracker(BaseCallbackHandler):
     """A callback handler that knows the stable path of every run it has seen start.
 
@@ -90,6 +102,9 @@ class RunTreeTracker(BaseCallbackHandler):
             call_id = kwargs.get("tool_call_id") if run_type == "tool" else None
             if call_id:  # given to on_tool_start from langchain-core 1.2; stable under replay
                 positional.append(f"call:{call_id}")
+            task = _langgraph_task(positional, kwargs.get("metadata"))
+            if task:
+                positional.append(task)
             if positional:
                 segment += "[" + ",".join(positional) + "]"
             counts = parent.counts if parent else self._root_counts
@@ -98,7 +113,9 @@ class RunTreeTracker(BaseCallbackHandler):
             if seen:
                 segment += f"#{seen}"
             node = _Node(join_path(parent.path if parent else self.root_path, segment), own_tags)
-            if run_type in _BOUNDARY_TYPES:
+            # LangGraph tasks run in threads of their own; what they record (the message ids
+            # the reducer draws there) is told apart by the task's path
+            if run_type in _BOUNDARY_TYPES or task is not None:
                 node.previous = _current_path.get()
                 _current_path.set(node.path)
             self._nodes[run_id] = node

@@ -15,7 +15,6 @@ import struct
 import sys
 import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
-from operator import itemgetter
 from typing import Any
 
 from langchain_core.callbacks import (
@@ -44,10 +43,12 @@ from langchain_core.outputs import (
     ChatResult,
     GenerationChunk,
 )
-from langchain_core.runnables import Runnable, RunnableMap, RunnablePassthrough
+from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool, tool
 from langchain_core.utils.function_calling import convert_to_json_schema, convert_to_openai_tool
 from pydantic import BaseModel, Field
+
+from agentreplay_langchain._structured import parsed_output
 
 #: per model turn, the (tool name, args) calls the scripted model makes
 Plan = list[list[tuple[str, dict[str, Any]]]]
@@ -195,18 +196,11 @@ class HashEmbeddings(Embeddings):
         return self._vector(text)
 
 
-def transcript(messages: Sequence[BaseMessage], *, tool_message_ids: bool = True
-               ) -> list[dict[str, Any]]:
-    """What a user compares between a live run and its replay: everything but object identity.
-
-    `tool_message_ids=False` leaves out the ids LangGraph draws for tool messages in worker
-    threads when tools run as parallel tasks (which thread draws first is not replayed).
-    """
+def transcript(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
+    """What a user compares between a live run and its replay: everything but object identity."""
     out = []
     for m in messages:
-        keep_id = tool_message_ids or not isinstance(m, ToolMessage)
-        item: dict[str, Any] = {"type": m.type, "content": m.content,
-                                "id": m.id if keep_id else None}
+        item: dict[str, Any] = {"type": m.type, "content": m.content, "id": m.id}
         if isinstance(m, AIMessage):
             item["tool_calls"] = m.tool_calls
             item["usage"] = m.usage_metadata
@@ -324,13 +318,8 @@ class StructuredChatModel(ScriptedChatModel):
             llm = model.bind(response_format=response_format, ls_structured_output_format=fmt)
             parser = (PydanticOutputParser(pydantic_object=schema)  # type: ignore[arg-type]
                       if is_model else JsonOutputParser())
-        if not include_raw:
-            return llm | parser
-        parsed = RunnablePassthrough.assign(parsed=itemgetter("raw") | parser,
-                                            parsing_error=lambda _: None)
-        unparsed = RunnablePassthrough.assign(parsed=lambda _: None)
-        return RunnableMap(raw=llm) | parsed.with_fallbacks([unparsed],
-                                                            exception_key="parsing_error")
+        # the include_raw wrapping every LangChain model shares
+        return parsed_output(llm, parser, include_raw=include_raw)
 
     def _structured_reply(self, messages: list[BaseMessage], kwargs: dict[str, Any]
                           ) -> AIMessage | None:

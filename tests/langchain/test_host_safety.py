@@ -12,7 +12,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langchain_core.tools import BaseTool, StructuredTool
 
-from agentreplay_core import Recorder, SerializationError, Store
+from agentreplay_core import Recorder, SerializationError, Store, decode
 from agentreplay_langchain import (
     RecordingCallbackHandler,
     ReplayChatModel,
@@ -221,3 +221,22 @@ def test_recording_handler_never_changes_what_the_agent_gets(store: Store) -> No
     [step] = store.load_steps(rec.run_id)
     assert "changed by the agent" not in str(step.output)  # stored at event time
     assert str(message.id) in str(step.output)
+
+
+class _KeyedModel(ScriptedChatModel):
+    """An integration that (carelessly) lists its credentials among its parameters."""
+
+    @property
+    def _identifying_params(self) -> dict[str, Any]:
+        return {"model_name": "keyed", "openai_api_key": "sk-live-123", "max_tokens": 64,
+                "client_secret": "s3cret"}
+
+
+def test_credentials_among_model_parameters_are_never_stored(store: Store) -> None:
+    with store.record(name="keyed") as rec:
+        _KeyedModel().invoke("hi", config={"callbacks": [RecordingCallbackHandler(rec)]})
+    (step,) = store.load_steps(rec.run_id)
+    params = decode(step.output)["model"]["invocation_params"]
+    assert params["max_tokens"] == 64 and params["model_name"] == "keyed"
+    assert params["openai_api_key"] == params["client_secret"] == "<redacted>"
+    assert "sk-live-123" not in repr(step.output) and "s3cret" not in repr(step.output)
