@@ -71,20 +71,58 @@ def dump(value: Any) -> Any:
 
 
 def revive(stored: Any) -> Any:
-    """The inverse of `dump`: fresh objects each call."""
-    if isinstance(stored, dict) and ENVELOPE in stored:
+    """The inverse of `dump`, over any list or dict holding envelopes: fresh objects each call.
+
+    Every envelope in `stored` is revived by one `load` call: LangChain rebuilds its allow-list
+    on each call, which would otherwise cost more than the rest of a replayed step.
+    """
+    payloads: list[Any] = []
+    template = _collect(stored, payloads)
+    if not payloads:
+        return template
+    return _fill(template, _load(payloads, **_LOAD_KWARGS))
+
+
+class _Slot:
+    """Where the n-th revived envelope goes back into the value."""
+
+    __slots__ = ("artifact", "index")
+
+    def __init__(self, index: int, artifact: Any) -> None:
+        self.index = index
+        self.artifact = artifact
+
+
+_NO_ARTIFACT = object()
+
+
+def _collect(stored: Any, payloads: list[Any]) -> Any:
+    if isinstance(stored, dict):
+        if ENVELOPE not in stored:
+            return {k: _collect(v, payloads) for k, v in stored.items()}
         version = stored[ENVELOPE]
         if version != ENVELOPE_VERSION:
             raise ValueError(
                 f"recorded LangChain object has envelope version {version!r}; this agentreplay "
                 f"reads version {ENVELOPE_VERSION}: upgrade agentreplay to replay it")
-        value = _load(stored["dumpd"], **_LOAD_KWARGS)
-        if "artifact" in stored and isinstance(value, ToolMessage):
-            value.artifact = stored["artifact"]
-        return value
+        payloads.append(stored["dumpd"])
+        return _Slot(len(payloads) - 1, stored.get("artifact", _NO_ARTIFACT))
     if isinstance(stored, list):
-        return [revive(v) for v in stored]
+        return [_collect(v, payloads) for v in stored]
     return stored
+
+
+def _fill(template: Any, revived: list[Any]) -> Any:
+    if isinstance(template, _Slot):
+        value = revived[template.index]
+        if template.artifact is not _NO_ARTIFACT and isinstance(value, ToolMessage):
+            value.artifact = template.artifact
+        return value
+    if isinstance(template, dict):
+        return {k: _fill(v, revived) for k, v in template.items()}
+    if isinstance(template, list):
+        return [_fill(v, revived) for v in template]
+    return template
 
 
 # -- requests -------------------------------------------------------------------------------

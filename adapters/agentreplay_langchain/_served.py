@@ -77,8 +77,7 @@ def chat_generations(output: dict[str, Any]) -> list[ChatGeneration]:
     """The recorded generations as a model's `_generate` returns them (whole messages, also
     when the recorded call streamed and LangChain stored the merged chunk)."""
     result: list[ChatGeneration] = []
-    for stored in output.get("generations", []):
-        generation = revive(stored)
+    for generation in revive(output.get("generations", [])):
         message = generation.message
         if isinstance(message, BaseMessageChunk):
             message = message_chunk_to_message(message)
@@ -119,13 +118,9 @@ def chat_chunks(output: dict[str, Any]) -> list[ChatGenerationChunk]:
     recorded without streaming."""
     stored = output.get("chunks")
     if stored is not None:
-        chunks = []
-        for item in stored:
-            if isinstance(item, dict) and set(item) == {"token"}:
-                chunks.append(ChatGenerationChunk(message=AIMessageChunk(content=item["token"])))
-            else:
-                chunks.append(revive(item))
-        return chunks
+        return [ChatGenerationChunk(message=AIMessageChunk(content=item["token"]))
+                if isinstance(item, dict) and set(item) == {"token"} else item
+                for item in revive(stored)]
     return [ChatGenerationChunk(message=_chunk_of_message(g.message),
                                 generation_info=g.generation_info)
             for g in chat_generations(output)[:1]]
@@ -133,8 +128,7 @@ def chat_chunks(output: dict[str, Any]) -> list[ChatGenerationChunk]:
 
 def text_generations(output: dict[str, Any]) -> list[Generation]:
     result = []
-    for stored in output.get("generations", []):
-        generation = revive(stored)
+    for generation in revive(output.get("generations", [])):
         if isinstance(generation, GenerationChunk):
             generation = Generation(text=generation.text,
                                     generation_info=generation.generation_info)
@@ -146,7 +140,7 @@ def text_chunks(output: dict[str, Any]) -> list[GenerationChunk]:
     stored = output.get("chunks")
     if stored is not None:
         return [GenerationChunk(text=item["token"])
-                if isinstance(item, dict) and set(item) == {"token"} else revive(item)
-                for item in stored]
+                if isinstance(item, dict) and set(item) == {"token"} else item
+                for item in revive(stored)]
     return [GenerationChunk(text=g.text, generation_info=g.generation_info)
             for g in text_generations(output)[:1]]
