@@ -338,3 +338,20 @@ def test_a_validation_error_after_going_live_is_recorded_into_the_fork(store: St
         again = tool_loop(ReplayChatModel(player=player),
                           replay_tools(player, [strict_tool(Counter(), True)]), "twice, please")
     assert transcript(again) == transcript(live)
+
+
+def test_a_fallback_after_a_failed_model_replays_both_calls(store: Store) -> None:
+    # with_fallbacks starts the backup without the primary's parent: the recorded steps are
+    # matched by their requests, the failure first, then the backup's answer
+    primary = FailingChatModel(error=RateLimitError("slow down"))
+    backup = ScriptedChatModel()
+    with store.record(name="fallback") as rec:
+        live = primary.with_fallbacks([backup]).invoke("hello", config=callbacks(rec))
+    assert primary.calls == 1 and backup.calls == 1
+    kinds = [(s.kind, s.is_error) for s in store.load_steps(rec.run_id)]
+    assert kinds == [("llm", True), ("llm", False)]
+    with store.replay(rec.run_id) as player:
+        replayed = ReplayChatModel(player=player).with_fallbacks(
+            [ReplayChatModel(player=player)], exceptions_to_handle=(RateLimitError,)
+        ).invoke("hello")
+    assert replayed.content == live.content and replayed.id == live.id
