@@ -413,3 +413,19 @@ class ScriptedLLM(LLM):
             if run_manager:
                 run_manager.on_llm_new_token(chunk.text, chunk=chunk)
             yield chunk
+
+
+def assert_offline() -> None:
+    """Inside a replay: an outbound connection must be refused by the network guard."""
+    import socket
+
+    from agentreplay_core import NetworkAccessDuringReplay
+
+    try:
+        socket.create_connection(("203.0.113.7", 443), timeout=0.5).close()
+    except NetworkAccessDuringReplay:
+        return
+    except OSError as exc:
+        raise AssertionError(f"the network guard is off: the connection got as far as {exc!r}"
+                             ) from exc
+    raise AssertionError("the network guard is off: a connection was opened")

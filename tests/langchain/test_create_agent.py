@@ -10,7 +10,14 @@ from langchain_core.messages import HumanMessage
 
 from agentreplay_core import Store
 from agentreplay_langchain import RecordingCallbackHandler, instrument
-from tests.langchain.fakes import Counter, Plan, ScriptedChatModel, make_tools, transcript
+from tests.langchain.fakes import (
+    Counter,
+    Plan,
+    ScriptedChatModel,
+    assert_offline,
+    make_tools,
+    transcript,
+)
 
 agents = pytest.importorskip("langchain.agents", reason="create_agent is langchain 1.x")
 from agentreplay_langchain import ReplayMiddleware  # noqa: E402  (needs langchain 1.x)
@@ -38,6 +45,7 @@ def test_middleware_replays_the_whole_agent(store: Store) -> None:
     counter = Counter()
     # instrument(player): the tracker gives each parallel tool task its recorded path
     with store.replay(run_id) as player, instrument(player):
+        assert_offline()
         agent = agents.create_agent(model, make_tools(counter),
                                     middleware=[ReplayMiddleware(player)])
         replayed = agent.invoke(question())["messages"]

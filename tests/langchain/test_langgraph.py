@@ -22,7 +22,14 @@ from agentreplay_langchain import (
     replay_tools,
 )
 from agentreplay_langchain._compat import LANGCHAIN_CORE_MAJOR
-from tests.langchain.fakes import Counter, Plan, ScriptedChatModel, make_tools, transcript
+from tests.langchain.fakes import (
+    Counter,
+    Plan,
+    ScriptedChatModel,
+    assert_offline,
+    make_tools,
+    transcript,
+)
 
 PLAN: Plan = [[("weather", {"city": "Paris"}), ("weather", {"city": "Rome"}),
          ("search", {"query": "museums"}), ("add", {"a": 1.0, "b": 2.0})]]
@@ -61,6 +68,7 @@ def test_toolnode_with_parallel_calls_replays_from_replay_tools(store: Store) ->
     assert counter.total == 4
     replay_counter = Counter()
     with store.replay(run_id) as player:
+        assert_offline()
         tools = replay_tools(player, make_tools(replay_counter))
         app = build_graph(ReplayChatModel(player=player), ToolNode(tools), tools)
         replayed = app.invoke({"messages": [HumanMessage("a day in Europe")]})["messages"]

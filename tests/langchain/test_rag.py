@@ -18,7 +18,7 @@ from agentreplay_langchain import (
     ReplayEmbeddings,
     ReplayRetriever,
 )
-from tests.langchain.fakes import HashEmbeddings, ScriptedChatModel
+from tests.langchain.fakes import HashEmbeddings, ScriptedChatModel, assert_offline
 
 DOCS = [Document(id=f"doc-{i}", page_content=text, metadata={"source": f"s{i}", "score": s})
         for i, (text, s) in enumerate([("Paris is the capital of France", 0.1 + 0.2),
@@ -65,6 +65,7 @@ def test_rag_replays_documents_and_answer_without_embedding_again(store: Store) 
     assert steps[0].path.startswith(steps[1].path + "/")
     calls_before = embeddings.calls
     with store.replay(run_id) as player:
+        assert_offline()
         retriever = ReplayRetriever(player=player)
         replayed_docs = retriever.invoke("What is the capital of France?")
         replayed = rag_chain(retriever, ReplayChatModel(player=player)).invoke(

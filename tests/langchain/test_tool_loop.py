@@ -12,7 +12,14 @@ from langchain_core.tools import BaseTool
 
 from agentreplay_core import NetworkAccessDuringReplay, Store
 from agentreplay_langchain import RecordingCallbackHandler, ReplayChatModel, replay_tools
-from tests.langchain.fakes import Counter, Plan, ScriptedChatModel, make_tools, transcript
+from tests.langchain.fakes import (
+    Counter,
+    Plan,
+    ScriptedChatModel,
+    assert_offline,
+    make_tools,
+    transcript,
+)
 
 PLAN: Plan = [[("weather", {"city": "Paris"}), ("search", {"query": "louvre hours"})],
         [("add", {"a": 2.5, "b": 0.1})]]
@@ -52,6 +59,7 @@ def test_replay_reproduces_the_transcript_without_running_tools(store: Store) ->
 
     counter_during_replay = Counter()
     with store.replay(run_id) as player:
+        assert_offline()
         model = ReplayChatModel(player=player)
         tools = replay_tools(player, make_tools(counter_during_replay))
         replayed = tool_loop(model, tools, "plan my day")
