@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib.metadata import version
 from typing import Any
 
@@ -43,6 +44,40 @@ def load_kwargs(allowed: Sequence[type[Any]]) -> dict[str, Any]:
         # e.g. a parsed pydantic object in additional_kwargs: revive the rest, not fail
         kwargs["ignore_unserializable_fields"] = True
     return kwargs
+
+
+def make_loader(allowed: Sequence[type[Any]]) -> Callable[[Any], Any]:
+    """A `load` for the given allow-list whose allow-list is computed once.
+
+    `load()` builds a `Reviver` (and with it the allowed class paths) on every call, which costs
+    more than the rest of a replayed step. Where this version has the pieces `load` itself
+    uses, one `Reviver` is kept and the same walk is done here (escaped user dicts, depth
+    limit); anywhere else, plain `load` with the same arguments.
+    """
+    kwargs = load_kwargs(allowed)
+    plain = getattr(load, "__wrapped__", load)  # skips only the per-call "beta" warning
+    try:
+        from langchain_core.load._validation import _is_escaped_dict, _unescape_value
+
+        load_module = importlib.import_module("langchain_core.load.load")
+
+        reviver = load_module.Reviver(allowed_objects=list(allowed), **{
+            k: v for k, v in kwargs.items() if k != "allowed_objects"})
+        max_depth = int(getattr(load_module, "_MAX_DEPTH", 200))
+    except Exception:
+        return lambda obj: plain(obj, **kwargs)
+
+    def walk(obj: Any, depth: int = 0) -> Any:
+        if depth > max_depth:
+            raise ValueError(f"Cannot load object nested more than {max_depth} levels deep.")
+        if isinstance(obj, dict):
+            if _is_escaped_dict(obj):
+                return _unescape_value(obj)
+            return reviver({k: walk(v, depth + 1) for k, v in obj.items()})
+        if isinstance(obj, list):
+            return [walk(item, depth + 1) for item in obj]
+        return obj
+    return walk
 
 
 def format_for_tracing(messages: list[BaseMessage]) -> list[BaseMessage]:

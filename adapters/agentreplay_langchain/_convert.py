@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from langchain_core.documents import Document
-from langchain_core.load import dumpd, load
+from langchain_core.load import dumpd
 from langchain_core.load.serializable import Serializable
 from langchain_core.messages import (
     AIMessage,
@@ -33,7 +33,7 @@ from langchain_core.messages import (
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, Generation, GenerationChunk
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
-from agentreplay_langchain._compat import load_kwargs
+from agentreplay_langchain._compat import make_loader
 
 #: marks a LangChain object stored with dumpd; the number is the envelope's format version
 ENVELOPE = "agentreplay.langchain"
@@ -47,10 +47,8 @@ ALLOWED_CLASSES: tuple[type[Serializable], ...] = (
     FunctionMessage, FunctionMessageChunk, ChatGeneration, ChatGenerationChunk, Generation,
     GenerationChunk, Document,
 )
-_LOAD_KWARGS = load_kwargs(ALLOWED_CLASSES)
-# `load` warns "beta" on every call; the undecorated function skips only that warning (the
-# format it reads is what the envelope version pins)
-_load = getattr(load, "__wrapped__", load)
+#: revives dumpd payloads of the allowed classes only
+_load = make_loader(ALLOWED_CLASSES)
 
 
 def dump(value: Any) -> Any:
@@ -73,14 +71,13 @@ def dump(value: Any) -> Any:
 def revive(stored: Any) -> Any:
     """The inverse of `dump`, over any list or dict holding envelopes: fresh objects each call.
 
-    Every envelope in `stored` is revived by one `load` call: LangChain rebuilds its allow-list
-    on each call, which would otherwise cost more than the rest of a replayed step.
+    Every envelope in `stored` is revived in one pass.
     """
     payloads: list[Any] = []
     template = _collect(stored, payloads)
     if not payloads:
         return template
-    return _fill(template, _load(payloads, **_LOAD_KWARGS))
+    return _fill(template, _load(payloads))
 
 
 class _Slot:
