@@ -12,6 +12,19 @@ Example (record a run, then replay it with no model behind it):
     ...     ReplayLLM(player=player).complete("Say hello").text == live
     True
 
+`instrument()` is per context: concurrent requests, each instrumented in its own thread or
+asyncio task, record into their own runs (here two tasks under one event loop):
+
+    >>> import asyncio
+    >>> async def handle(prompt):
+    ...     with store.record(name=prompt) as run, instrument(run):
+    ...         await MockLLM(max_tokens=3).acomplete(prompt)
+    ...     return run.run_id
+    >>> async def serve():
+    ...     return await asyncio.gather(handle("first"), handle("second"))
+    >>> [[s.input["prompt"] for s in store.load_steps(r)] for r in asyncio.run(serve())]
+    [['first'], ['second']]
+
 Fork and continue: a changed call, and every call after it, goes to the live model and is
 recorded into a new run that points back at the recording:
 

@@ -136,8 +136,9 @@ class _Session:
 class RecordingEventHandler(BaseEventHandler):
     """Records LLM, embedding, retriever and rerank events of LlamaIndex into a `Recorder`.
 
-    Attach it with `instrument(recorder)`, which also attaches its `span_handler` (paths, tool
-    calls, errors). Attaching it by hand: add both to the root dispatcher.
+    `instrument(recorder)` hands it the events of its own context (and its `span_handler`
+    the spans: paths, tool calls, errors). Attached by hand to the root dispatcher, both
+    record every LlamaIndex call in the process, whatever its context.
     """
 
     _session: _Session = PrivateAttr()

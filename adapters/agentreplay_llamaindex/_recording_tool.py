@@ -1,8 +1,9 @@
 """`RecordingTool`: keeps a sync tool's nested calls attributed to it when run in a thread.
 
 Before llama-index-core 0.14.22 `FunctionTool.acall` runs a sync function in a thread pool
-without copying the context, so the spans it opens (a query engine's LLM calls) lose their
-parent: recorded outside the tool, they would be expected again when the tool is replayed.
+without copying the context. The context carries the run `instrument()` records into and the
+active span, so the calls the tool makes there (a query engine's LLM calls) are recorded
+nowhere: replaying the tool does not need them, but replaying with the tool run live does.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from llama_index.core.tools.types import AsyncBaseTool, BaseTool, ToolMetadata, 
 
 
 class RecordingTool(AsyncBaseTool):
-    """Wraps a tool; `acall` runs a sync tool in a thread with the caller's context copied.
+    """Wraps a tool; `acall` runs a sync tool in a thread with the caller's context copied
+    (its instrumentation and active span), so the calls it makes are recorded below it.
 
     Recording needs no wrapper otherwise: tools are recorded through their spans.
     """

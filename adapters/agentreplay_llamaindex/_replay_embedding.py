@@ -13,7 +13,8 @@ from agentreplay_core import Player, Recorder, ReplayDivergence
 from agentreplay_core._keys import join_path
 from agentreplay_core._recorded_errors import error_to_record
 from agentreplay_llamaindex._recorded import recorded_name
-from agentreplay_llamaindex._tracking import live_path, replay_path, tracked_tree
+from agentreplay_llamaindex._routing import tracked_tree
+from agentreplay_llamaindex._tracking import live_path, replay_path
 from agentreplay_llamaindex._tree import EMBEDDING_ENTRY_POINTS
 
 

@@ -1,4 +1,5 @@
-"""Where a replayed call sits in the run tree, while `instrument(player)` tracks the spans.
+"""Where a replayed call sits in the run tree, while `instrument(player)` tracks the spans
+of this context (each concurrent replay, tracked in its own thread or task, has its own tree).
 
 The replay stand-ins ask for the path the recording gave the same call, so that calls with
 equal requests running concurrently (two branches of a workflow asking the same thing) each
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import threading
 from typing import Any
 
 from llama_index.core.instrumentation.span import SimpleSpan
@@ -20,22 +20,10 @@ from pydantic import PrivateAttr
 from agentreplay_core import current_path
 from agentreplay_core._keys import join_path
 from agentreplay_llamaindex._compat import active_span_id
+from agentreplay_llamaindex._routing import tracked_tree
 from agentreplay_llamaindex._tree import SpanTree
 
 log = logging.getLogger("agentreplay.llamaindex")
-
-_lock = threading.Lock()
-_tree: SpanTree | None = None
-
-
-def set_tracked(tree: SpanTree | None) -> None:
-    global _tree
-    with _lock:
-        _tree = tree
-
-
-def tracked_tree() -> SpanTree | None:
-    return _tree
 
 
 def replay_path(entry_points: frozenset[str] | None = None) -> str | None:
@@ -44,7 +32,7 @@ def replay_path(entry_points: frozenset[str] | None = None) -> str | None:
     `entry_points`: the public methods whose span the recording named the call after (the
     stand-in answers in a private method spanned below it).
     """
-    tree = _tree
+    tree = tracked_tree()
     if tree is None:
         return None
     span_id = active_span_id()
@@ -58,7 +46,10 @@ def live_path(kind: str, name: str, entry_points: frozenset[str] | None = None) 
 
 
 class TrackingSpanHandler(BaseSpanHandler[SimpleSpan]):
-    """Builds the span tree during a replay, as the recording's span handler does."""
+    """Builds the span tree during a replay, as the recording's span handler does.
+
+    `instrument(player)` routes to it the spans of its own context only (see `_routing`).
+    """
 
     _tree: SpanTree = PrivateAttr()
 

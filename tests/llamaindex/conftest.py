@@ -10,7 +10,13 @@ from llama_index_instrumentation import get_dispatcher
 
 from agentreplay_core import Store, open_store
 from agentreplay_llamaindex import RecordingEventHandler, RecordingSpanHandler
-from agentreplay_llamaindex._tracking import TrackingSpanHandler, tracked_tree
+from agentreplay_llamaindex._routing import (
+    RoutingEventHandler,
+    RoutingSpanHandler,
+    open_instrumentations,
+    tracked_tree,
+)
+from agentreplay_llamaindex._tracking import TrackingSpanHandler
 
 
 @pytest.fixture
@@ -28,6 +34,8 @@ def _no_leftover_handlers() -> Iterator[None]:
     root = get_dispatcher()
     leftovers = [h for h in [*root.event_handlers, *root.span_handlers]
                  if isinstance(h, (RecordingEventHandler, RecordingSpanHandler,
-                                   TrackingSpanHandler))]
+                                   TrackingSpanHandler, RoutingEventHandler,
+                                   RoutingSpanHandler))]
     assert not leftovers, "a test left agentreplay handlers attached to the root dispatcher"
+    assert not open_instrumentations(), "a test left an instrumentation open"
     assert tracked_tree() is None, "a test left a replay tracked"

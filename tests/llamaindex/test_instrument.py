@@ -6,16 +6,28 @@ import doctest
 import re
 import subprocess
 import sys
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from llama_index_instrumentation import get_dispatcher
 
 import agentreplay_llamaindex
-from agentreplay_core import Store, open_store
-from agentreplay_llamaindex import SUPPORTED_VERSIONS, instrument
+from agentreplay_core import Store, decode, open_store
+from agentreplay_llamaindex import SUPPORTED_VERSIONS, Instrumentation, instrument
+from tests.llamaindex.models import SampledLLM
 
 ROOT = Path(__file__).resolve().parents[2]
+T = TypeVar("T")
+
+
+def _in_thread(work: Callable[[], T]) -> T:
+    """`work()` in a fresh thread, which starts with an empty context."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(work).result(timeout=60)
 
 
 def test_module_usage_example_runs() -> None:
@@ -81,8 +93,8 @@ def test_instrument_player_tracks_spans_only_and_detaches(li_store: Store) -> No
         pass
     with li_store.replay(rec.run_id) as player:
         with instrument(player) as handle:
-            assert instrument(player) is handle and handle.recorder is None
-            assert root.event_handlers == before[0]  # nothing is recorded during replay
+            assert instrument(player) is handle
+            assert handle.recorder is None and handle.tree is not None  # tracks, records not
             assert len(root.span_handlers) == len(before[1]) + 1
             with open_store("memory:").record(name="b") as other, \
                     pytest.raises(RuntimeError, match=f"replay of run {rec.run_id}"):
@@ -90,3 +102,36 @@ def test_instrument_player_tracks_spans_only_and_detaches(li_store: Store) -> No
         assert (root.event_handlers, root.span_handlers) == before
     with pytest.raises(TypeError, match="Recorder or a Player"):
         instrument("not a run")  # type: ignore[arg-type]
+
+
+def test_calls_outside_the_instrumented_context_are_not_recorded(li_store: Store) -> None:
+    root = get_dispatcher()
+    before = (list(root.event_handlers), list(root.span_handlers))
+    with li_store.record(name="mine") as rec, instrument(rec) as handle:
+        # a thread of the host's own (no context copied) is another request, not this one
+        elsewhere = _in_thread(lambda: SampledLLM().complete("not mine").text)
+        mine = SampledLLM().complete("mine").text
+        closer = threading.Thread(target=handle.close)  # closing works from anywhere
+        closer.start()
+        closer.join()
+        SampledLLM().complete("after close")  # this context still holds the closed handle
+        with instrument(rec) as again:  # which the next instrument() here replaces
+            assert again is not handle
+    steps = li_store.load_steps(rec.run_id)
+    assert [(s.input["prompt"], decode(s.output)["response"].text) for s in steps] == \
+        [("mine", mine)]
+    assert elsewhere.startswith("answer ")
+    assert (root.event_handlers, root.span_handlers) == before
+
+
+def test_a_forgotten_handle_in_another_thread_is_closed_once_its_run_ended() -> None:
+    store = open_store("memory:")
+
+    def forget() -> Instrumentation:
+        with store.record(name="forgotten") as first:
+            return instrument(first)  # never closed by its thread
+
+    forgotten = _in_thread(forget)
+    before = forgotten.closed
+    with store.record(name="next") as second, instrument(second) as handle:
+        assert (before, forgotten.closed, handle.closed) == (False, True, False)

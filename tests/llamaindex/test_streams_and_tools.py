@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Generator
 from typing import Any
 
@@ -13,6 +14,7 @@ from llama_index.core.tools import FunctionTool
 
 from agentreplay_core import Store
 from agentreplay_llamaindex import RecordingTool, ReplayLLM, instrument, replay_tools
+from agentreplay_llamaindex._compat import installed_version
 from tests.llamaindex.models import SampledLLM, ToolCallingLLM, sample
 
 HELLO = [ChatMessage(role=MessageRole.USER, content="hello there")]
@@ -132,3 +134,24 @@ def test_recording_tool_keeps_nested_calls_inside_the_tool(li_store: Store) -> N
         [replayed] = replay_tools(player, [tool])
         again = asyncio.run(replayed.acall(topic="replay"))
     assert again.content == live.content and live.content.startswith("answer ")
+
+
+def test_a_sync_tool_without_the_wrapper_records_its_calls_only_if_the_context_follows(
+        li_store: Store) -> None:
+    """Without `RecordingTool` the tool's thread has the run's context only from 0.14.22."""
+    llm = SampledLLM()
+
+    def summarise(topic: str) -> str:
+        """Summarise a topic with the LLM."""
+        text: str = llm.complete(f"summarise {topic}").text
+        return text
+
+    with li_store.record(name="bare") as rec, instrument(rec):
+        asyncio.run(FunctionTool.from_defaults(fn=summarise).acall(topic="replay"))
+    steps = li_store.load_steps(rec.run_id)
+    line = tuple(int(n) for n in re.findall(r"\d+", installed_version())[:3])
+    if line >= (0, 14, 22):  # FunctionTool copies the context into its thread itself
+        assert [s.kind for s in steps] == ["llm", "tool"]
+        assert steps[0].path.startswith(steps[1].path + "/")
+    else:  # the LLM call ran in no recorded context: recorded nowhere, not outside the tool
+        assert [s.kind for s in steps] == ["tool"]
