@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from agentreplay_core import Store, open_store
 from tests.support.pgcluster import PgCluster, pgserver_bin_dir
 
 
@@ -64,3 +65,18 @@ def private_cluster(pg_bin_dir: Path) -> Iterator[PgCluster]:
         yield cluster
     finally:
         cluster.destroy()
+
+
+@pytest.fixture
+def spool_dir(tmp_path: Path) -> Path:
+    return tmp_path / "spool"
+
+
+@pytest.fixture
+def pg_store(pg_dsn: str, pg_schema: str, spool_dir: Path) -> Iterator[Store]:
+    """A store on the test's own schema of the session's PostgreSQL."""
+    store = open_store(pg_dsn, schema=pg_schema, spool_dir=spool_dir)
+    try:
+        yield store
+    finally:
+        store.close()

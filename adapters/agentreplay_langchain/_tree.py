@@ -115,7 +115,10 @@ class RunTreeTracker(BaseCallbackHandler):
             node = _Node(join_path(parent.path if parent else self.root_path, segment), own_tags)
             # LangGraph tasks run in threads of their own; what they record (the message ids
             # the reducer draws there) is told apart by the task's path
-            if run_type in _BOUNDARY_TYPES or task is not None:
+            # `generate()` of several prompts starts all their runs in one context before any
+            # ends: they cannot each own the current path (nor be told apart inside)
+            overlapping = int(kwargs.get("batch_size") or 1) > 1
+            if (run_type in _BOUNDARY_TYPES or task is not None) and not overlapping:
                 node.previous = _current_path.get()
                 _current_path.set(node.path)
             self._nodes[run_id] = node

@@ -10,20 +10,6 @@ import pytest
 from agentreplay_core import Store, open_store
 
 
-@pytest.fixture
-def spool_dir(tmp_path: Path) -> Path:
-    return tmp_path / "spool"
-
-
-@pytest.fixture
-def pg_store(pg_dsn: str, pg_schema: str, spool_dir: Path) -> Iterator[Store]:
-    store = open_store(pg_dsn, schema=pg_schema, spool_dir=spool_dir)
-    try:
-        yield store
-    finally:
-        store.close()
-
-
 @pytest.fixture(params=["memory", "file", "postgres"])
 def any_store(request: pytest.FixtureRequest, tmp_path: Path, spool_dir: Path) -> Iterator[Store]:
     """The same behaviour must hold on every backend."""

@@ -1,20 +1,23 @@
-"""Fixtures for the LangChain adapter tests: a PostgreSQL store and the scripted parts."""
+"""Fixtures for the LangChain adapter tests."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from agentreplay_core import Store, open_store
+from agentreplay_core import Store, current_path
 
 
 @pytest.fixture
-def store(pg_dsn: str, pg_schema: str, tmp_path: Path) -> Iterator[Store]:
-    """A store on the test's own schema of the session's PostgreSQL."""
-    opened = open_store(pg_dsn, schema=pg_schema, spool_dir=tmp_path / "spool")
-    try:
-        yield opened
-    finally:
-        opened.close()
+def store(pg_store: Store) -> Store:
+    """A PostgreSQL store on the test's own schema (see tests/conftest.py)."""
+    return pg_store
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_path() -> Iterator[None]:
+    """The handlers set the core's current path while a run is under way; no test may leave
+    it set in the host's context (later recordings would be filed under a finished run)."""
+    yield
+    assert current_path() == "", f"a run left the current path set: {current_path()!r}"

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from llama_index_instrumentation import get_dispatcher
 
-from agentreplay_core import Store, open_store
+from agentreplay_core import Store, current_path
 from agentreplay_llamaindex import RecordingEventHandler, RecordingSpanHandler
 from agentreplay_llamaindex._routing import (
     RoutingEventHandler,
@@ -20,12 +19,9 @@ from agentreplay_llamaindex._tracking import TrackingSpanHandler
 
 
 @pytest.fixture
-def li_store(pg_dsn: str, pg_schema: str, tmp_path: Path) -> Iterator[Store]:
-    store = open_store(pg_dsn, schema=pg_schema, spool_dir=tmp_path / "spool")
-    try:
-        yield store
-    finally:
-        store.close()
+def li_store(pg_store: Store) -> Store:
+    """A PostgreSQL store on the test's own schema (see tests/conftest.py)."""
+    return pg_store
 
 
 @pytest.fixture(autouse=True)
@@ -39,3 +35,4 @@ def _no_leftover_handlers() -> Iterator[None]:
     assert not leftovers, "a test left agentreplay handlers attached to the root dispatcher"
     assert not open_instrumentations(), "a test left an instrumentation open"
     assert tracked_tree() is None, "a test left a replay tracked"
+    assert current_path() == "", f"a test left the current path set: {current_path()!r}"
