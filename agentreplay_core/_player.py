@@ -95,17 +95,24 @@ class Player:
         with `live` go live and are recorded into a forked run (`player.fork.run_id`) whose
         parent is this run; calls without it are still served from the recording.
         """
-        fork = self.fork
-        if fork is not None and live is not None:
-            return fork.call(kind, name, request, live, path=path, match_key=match_key)
+        target = self._step_or_fork(kind, name, request, path, match_key, live)
+        if isinstance(target, Recorder):
+            assert live is not None
+            return target.call(kind, name, request, live, path=path, match_key=match_key)
+        return self.result_of(target)
+
+    def _step_or_fork(self, kind: str, name: str, request: Any, path: str | None,
+                      match_key: str | None, live: object) -> Step | Recorder:
+        """The recorded step of this call, or the forked run's recorder when the call goes
+        live (it has a `live` counterpart and the replay has forked, or forks here)."""
+        if live is not None and self.fork is not None:
+            return self.fork
         try:
-            step = self.next_step(kind, name, request, path=path, match_key=match_key)
+            return self.next_step(kind, name, request, path=path, match_key=match_key)
         except ReplayDivergence as diverged:
             if live is None or self.fork_starter is None:
                 raise
-            return self._go_live(diverged).call(kind, name, request, live, path=path,
-                                                match_key=match_key)
-        return self.result_of(step)
+            return self._go_live(diverged)
 
     @property
     def can_go_live(self) -> bool:
@@ -175,16 +182,11 @@ class Player:
         """`next` for async code. A call that was cancelled while recording (a timeout cut it
         short) never completes here either, so the caller's same timeout fires again. `live`
         is awaited instead of the recording from the first divergence on, as with `next`."""
-        fork = self.fork
-        if fork is not None and live is not None:
-            return await fork.acall(kind, name, request, live, path=path, match_key=match_key)
-        try:
-            step = self.next_step(kind, name, request, path=path, match_key=match_key)
-        except ReplayDivergence as diverged:
-            if live is None or self.fork_starter is None:
-                raise
-            return await self._go_live(diverged).acall(kind, name, request, live, path=path,
-                                                       match_key=match_key)
+        target = self._step_or_fork(kind, name, request, path, match_key, live)
+        if isinstance(target, Recorder):
+            assert live is not None
+            return await target.acall(kind, name, request, live, path=path, match_key=match_key)
+        step = target
         if step.is_error and is_cancellation(decode(step.output, restore_objects=False)):
             await asyncio.Event().wait()  # until cancelled, as during recording
         return self.result_of(step)
