@@ -13,6 +13,7 @@ Example:
 """
 
 from agentreplay_core._codec import canonical_bytes, decode, encode, register_type
+from agentreplay_core._env_session import session_from_env
 from agentreplay_core._errors import (
     AgentReplayError,
     IntegrityError,
@@ -31,6 +32,7 @@ from agentreplay_core._netguard import network_guard
 from agentreplay_core._player import Player
 from agentreplay_core._protocol import RunStore
 from agentreplay_core._recorder import Recorder, RecordingStats
+from agentreplay_core._session import Mode, Session, active_session, register_session_hook
 from agentreplay_core._spool import SpoolFlushError
 from agentreplay_core._store import Store
 from agentreplay_core.stores._open import open_store
@@ -41,6 +43,7 @@ __all__ = [
     "AgentReplayError",
     "EmbeddingMatch",
     "IntegrityError",
+    "Mode",
     "NetworkAccessDuringReplay",
     "Player",
     "Problem",
@@ -54,6 +57,7 @@ __all__ = [
     "RunStatus",
     "RunStore",
     "SerializationError",
+    "Session",
     "SpoolFlushError",
     "Step",
     "StepKind",
@@ -61,6 +65,7 @@ __all__ = [
     "StoreError",
     "VerifyReport",
     "__version__",
+    "active_session",
     "canonical_bytes",
     "current_path",
     "decode",
@@ -69,6 +74,8 @@ __all__ = [
     "network_guard",
     "open_store",
     "path_scope",
+    "register_session_hook",
     "register_type",
+    "session_from_env",
     "strip_volatile",
 ]
