@@ -1,4 +1,4 @@
-"""`agentreplay verify`, `spool flush`, `db migrate`, `db status`, `demo`."""
+"""`agentreplay verify`, `spool flush`, `db migrate`, `db status`."""
 
 from __future__ import annotations
 
@@ -20,19 +20,6 @@ from agentreplay_core._cli_app import (
 )
 from agentreplay_core._errors import AgentReplayError
 from agentreplay_core._spool import SpoolFlushError
-
-
-@app.command()
-def demo(dsn: DsnOption = None, schema: SchemaOption = "agentreplay") -> None:
-    """Record a small nondeterministic agent, replay it, compare side by side, verify."""
-    from agentreplay_core._demo_cli import run_demo
-
-    try:
-        with open_cli_store(dsn, schema) as store:
-            ok = run_demo(store, console)
-    except AgentReplayError as exc:
-        raise fail(str(exc)) from None
-    raise typer.Exit(0 if ok else 1)
 
 
 @app.command()

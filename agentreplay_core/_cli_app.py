@@ -48,8 +48,9 @@ def open_cli_store(dsn: str | None, schema: str = "agentreplay") -> Store:
 
 
 def fail(message: str, hint: str = "", code: int = 2) -> typer.Exit:
-    """Print one error line (and a hint) to stderr; raise the returned Exit."""
-    err.print("error: " + message, style="red", markup=False, highlight=False)
+    """Print one error line (and a hint) to stderr; raise the returned Exit. `soft_wrap`: each
+    stays one line in logs and pipes (rich wraps at 80 columns when stderr is no terminal)."""
+    err.print("error: " + message, style="red", markup=False, highlight=False, soft_wrap=True)
     if hint:
-        err.print("hint: " + hint, style="dim", markup=False, highlight=False)
+        err.print("hint: " + hint, style="dim", markup=False, highlight=False, soft_wrap=True)
     return typer.Exit(code)

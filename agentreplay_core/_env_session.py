@@ -10,14 +10,17 @@ Variables:
     AGENTREPLAY_TAGS          comma-separated tags for the recorded run
     AGENTREPLAY_ENTROPY       1 to also record the clock, randomness and ids
     AGENTREPLAY_ON_DIVERGENCE raise (default) or live (fork into a live run)
-    AGENTREPLAY_REPORT_FILE   where to write how the session ended, as JSON (for
-                              `agentreplay replay RUN -- CMD`)
+    AGENTREPLAY_REPORT_FILE   where to write how the session ended, as JSON: mode, run_id,
+                              ok, error, steps, fork_run_id (`agentreplay replay RUN -- CMD`
+                              reads it and says what went wrong)
 
 The session opens at the first call that asks for it and ends at interpreter exit: a recording
 is sealed `complete`, or `failed` when the program died of an uncaught exception; a replay
 checks that every recorded step was asked for. A recording that cannot start (the database is
-unreachable) must not break the program: it runs unrecorded and says so on stderr. A replay that
-cannot start raises, since going live silently is what replay must never do.
+unreachable, or AGENTREPLAY_RUN_ID names a run that exists) must not break the program: it runs
+unrecorded and says so on stderr. A replay that cannot start raises, since going live silently is
+what replay must never do; so does a call to a replay that already ended (in a later exit
+handler).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from typing import Any
 
 from agentreplay_core._errors import AgentReplayError
 from agentreplay_core._session import Mode, Session
+from agentreplay_core._store import Store
 
 log = logging.getLogger("agentreplay")
 
@@ -50,8 +54,6 @@ def session_from_env(environ: Mapping[str, str] | None = None) -> Session | None
     mode = Mode.parse(env.get("AGENTREPLAY_MODE") or "off")
     if mode == Mode.OFF:
         return None
-    from agentreplay_core.stores._open import open_store
-
     run_id = env.get("AGENTREPLAY_RUN_ID") or None
     if mode == Mode.REPLAY and not run_id:
         raise AgentReplayError("AGENTREPLAY_MODE=replay needs AGENTREPLAY_RUN_ID (the run to "
@@ -59,7 +61,7 @@ def session_from_env(environ: Mapping[str, str] | None = None) -> Session | None
     on_divergence = (env.get("AGENTREPLAY_ON_DIVERGENCE") or "raise").strip().lower()
     if on_divergence not in ("raise", "live"):
         raise AgentReplayError(f"AGENTREPLAY_ON_DIVERGENCE={on_divergence!r}: use raise or live")
-    store = open_store(env.get("AGENTREPLAY_DSN") or None)
+    store = _open_env_store(env)
     script = Path(sys.argv[0]).stem if sys.argv and sys.argv[0] else "python"
     return Session(
         mode, store, run_id=run_id, close_store=True, instrument=False,
@@ -68,6 +70,21 @@ def session_from_env(environ: Mapping[str, str] | None = None) -> Session | None
         entropy=(env.get("AGENTREPLAY_ENTROPY") or "").strip().lower() in ("1", "true", "yes"),
         replay_options={"on_divergence": on_divergence},
     )
+
+
+def _open_env_store(env: Mapping[str, str]) -> Store:
+    """The store `env` names (its DSN and schema, not necessarily `os.environ`'s)."""
+    from agentreplay_core.stores._open import open_store
+
+    url = env.get("AGENTREPLAY_DSN") or None
+    if url is None:
+        from agentreplay_core.stores._embedded import embedded_dsn
+
+        url = embedded_dsn()
+    if url.startswith(("postgresql://", "postgres://")) or (
+            "=" in url and "dbname" in url and not url.startswith(("file:", "memory:"))):
+        return open_store(url, schema=env.get("AGENTREPLAY_SCHEMA") or "agentreplay")
+    return open_store(url)
 
 
 def env_session() -> Session | None:
@@ -100,7 +117,8 @@ def _open_from_env() -> Session | None:
             raise
         # recording must never break the program it records
         print(f"agentreplay: not recording ({exc})", file=sys.stderr)
-        log.error("agentreplay: AGENTREPLAY_MODE=record could not start: %s", exc)
+        # stderr says it already; logging would print it a second time unconfigured
+        log.info("agentreplay: AGENTREPLAY_MODE=record could not start: %s", exc)
         return None
     verb = "recording" if session.mode == Mode.RECORD else "replaying"
     assert session.store is not None
@@ -124,8 +142,9 @@ def _watch_uncaught() -> None:
 
 
 def _close_at_exit(session: Session) -> None:
+    global _cached
     report: dict[str, Any] = {"mode": session.mode.value, "run_id": str(session.run_id)}
-    player = session.player
+    player, recorder = session.player, session.recorder
     try:
         session.close(_uncaught)
         report["ok"] = _uncaught is None
@@ -133,10 +152,17 @@ def _close_at_exit(session: Session) -> None:
             report["error"] = f"{type(_uncaught).__name__}: {_uncaught}"
     except Exception as exc:  # e.g. recorded steps never asked for: say it, do not crash exit
         report.update(ok=False, error=f"{type(exc).__name__}: {exc}")
-        print(f"agentreplay: replay of run {session.run_id} did not finish cleanly: {exc}",
-              file=sys.stderr)
-    if player is not None and player.fork is not None:
-        report["fork_run_id"] = str(player.fork.run_id)
+        if not os.environ.get("AGENTREPLAY_REPORT_FILE"):  # else its reader says it
+            print(f"agentreplay: replay of run {session.run_id} did not finish cleanly: {exc}",
+                  file=sys.stderr)
+    if recorder is not None:
+        report["steps"] = recorder.stats.steps
+        # calls from later exit handlers run unrecorded rather than fail on a sealed run
+        _cached = (os.getpid(), None)
+    if player is not None:
+        report["steps"] = len(player.consumed())
+        if player.fork is not None:
+            report["fork_run_id"] = str(player.fork.run_id)
     _write_report(report)
 
 

@@ -18,6 +18,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 from uuid import UUID
 
+from agentreplay_core._errors import AgentReplayError, StoreError
 from agentreplay_core._player import Player
 from agentreplay_core._recorder import Recorder
 from agentreplay_core._store import Store
@@ -136,6 +137,8 @@ class Session:
                 stack.callback(self.store.close)
             if self.mode == Mode.RECORD:
                 assert self.store is not None
+                if self.run_id is not None:
+                    self._check_new_run_id(self.store, self.run_id)
                 self.recorder = stack.enter_context(self.store.record(
                     self.name, metadata=self.metadata, tags=self.tags,
                     durability=self.durability, entropy=self.entropy, run_id=self.run_id))
@@ -155,6 +158,16 @@ class Session:
         self._stack = stack
         return self
 
+    @staticmethod
+    def _check_new_run_id(store: Store, run_id: UUID) -> None:
+        # Recording under the id of a stored run would mix two runs into one broken chain.
+        try:
+            store.backend.get_run(run_id)
+        except StoreError:  # not found (or cannot tell: the recorder copes with a store down)
+            return
+        raise AgentReplayError(f"run {run_id} already exists in {store.backend.description}; "
+                               "a recording needs a new run id (or none, to get a fresh one)")
+
     def close(self, exc: BaseException | None = None) -> None:
         """Seal the recording or end the replay (raising what the replay found, e.g. recorded
         steps never asked for); `exc` is the exception that ended the run, if any."""
@@ -171,23 +184,38 @@ class Session:
             self.player = None
 
     def __enter__(self) -> Session:
-        self.open()
-        self._token = _active.set(self)
+        # Active before the hooks run, so what they build already sees this session.
+        token = _active.set(self)
+        try:
+            self.open()
+        except BaseException:
+            _active.reset(token)
+            raise
+        self._token = token
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        if self._token is not None:
-            with contextlib.suppress(ValueError):  # closed in another context
-                _active.reset(self._token)
-            self._token = None
-        self.close(exc)
+        try:
+            self.close(exc)  # still active, so hooks see it as they detach (as they attached)
+        finally:
+            if self._token is not None:
+                with contextlib.suppress(ValueError):  # closed in another context
+                    _active.reset(self._token)
+                self._token = None
 
     # -- calls without a framework ---------------------------------------------------------
+
+    def _check_open(self) -> None:
+        # A closed replay must not quietly call live, nor a closed recording drop calls.
+        if self.mode != Mode.OFF and self._stack is None:
+            raise AgentReplayError(f"{self!r} is not open: call it inside `with session:` "
+                                   "(or after session.open())")
 
     def call(self, kind: str, name: str, request: Any, fn: Callable[..., T], *args: Any,
              path: str | None = None, **kwargs: Any) -> T:
         """`fn(*args, **kwargs)` recorded, replayed from the run, or simply called (off)."""
+        self._check_open()
         if self.recorder is not None:
             return self.recorder.call(kind, name, request, fn, *args, path=path, **kwargs)
         if self.player is not None:
@@ -200,6 +228,7 @@ class Session:
                     fn: Callable[..., Awaitable[T]], *args: Any, path: str | None = None,
                     **kwargs: Any) -> T:
         """`call` for coroutine functions."""
+        self._check_open()
         if self.recorder is not None:
             return await self.recorder.acall(kind, name, request, fn, *args, path=path,
                                              **kwargs)

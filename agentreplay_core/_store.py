@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import socket
 import threading
 from collections.abc import Iterable, Iterator, Sequence
@@ -42,6 +43,8 @@ log = logging.getLogger("agentreplay")
 
 OnDivergence = Literal["raise", "live"]
 _UNSET: Any = object()
+#: what a run id prefix may hold once dashes are dropped: 1 to 32 hex digits
+_HEX_PREFIX = re.compile(r"^[0-9a-f]{1,32}$")
 
 
 def _pid_alive(pid: int) -> bool:
@@ -188,8 +191,9 @@ class Store:
 
     def get_run(self, run_id: UUID | str) -> Run:
         """The run's row; a `recording` run whose process died on this host is marked
-        `incomplete` on the way."""
-        rid = as_run_id(run_id)
+        `incomplete` on the way. A unique prefix of a run id names that run (`resolve_run_id`).
+        """
+        rid = self.resolve_run_id(run_id)
         try:
             run = self.backend.get_run(rid)
         except RunNotFound as exc:
@@ -202,9 +206,48 @@ class Store:
             raise RunNotFound(rid, hint) from exc.__cause__
         return self._reap(run)
 
-    def _close_ids(self, text: str) -> list[UUID]:
+    def resolve_run_id(self, run_id: UUID | str) -> UUID:
+        """The id `run_id` names: a full id as is, or the one run id starting with these hex
+        digits (dashes optional), like git's short hashes. Raises `RunNotFound` for a prefix
+        of no run (naming the closest ids) or of several runs (naming them)."""
+        if isinstance(run_id, UUID):
+            return run_id
+        text = str(run_id).strip()
+        with contextlib.suppress(ValueError):
+            return UUID(text)
+        digits = text.lower().replace("-", "")
         finder = getattr(self.backend, "run_ids_like", None)
-        return list(finder(text[:4], 3)) if finder is not None else []
+        if finder is None or not _HEX_PREFIX.match(digits):
+            raise RunNotFound(text, "run ids are UUIDs, or a unique prefix of one "
+                                    "(as `agentreplay runs` lists them)")
+        found: list[UUID] = list(finder(digits, 6))
+        if len(found) == 1:
+            return found[0]
+        if found:
+            more = ", ..." if len(found) > 5 else ""
+            raise RunNotFound(text, f"it starts {'more than 5' if more else len(found)} run ids "
+                                    f"({', '.join(map(str, found[:5]))}{more}); type more of it")
+        close = self._close_ids(digits)
+        raise RunNotFound(text, ("did you mean " + ", ".join(map(str, close)) + "?") if close
+                          else "no run id starts with it (`agentreplay runs` lists them)")
+
+    def _close_ids(self, text: str, limit: int = 3) -> list[UUID]:
+        """The run ids sharing the longest prefix (4 hex digits at least) with `text`."""
+        finder = getattr(self.backend, "run_ids_like", None)
+        digits = text.lower().replace("-", "")
+        if finder is None or len(digits) < 4 or not _HEX_PREFIX.match(digits):
+            return []
+        # Ids sharing a prefix share every shorter one: binary search for the longest shared.
+        best: list[UUID] = []
+        low, high = 3, len(digits)  # a prefix of `low` digits matches (3: not worth offering)
+        while low < high:
+            middle = (low + high + 1) // 2
+            found = list(finder(digits[:middle], limit))
+            if found:
+                low, best = middle, found
+            else:
+                high = middle - 1
+        return best
 
     def _reap(self, run: Run) -> Run:
         if run.status != RunStatus.RECORDING:
@@ -220,21 +263,25 @@ class Store:
         return run
 
     def list_runs(self, *, name: str | None = None, status: RunStatus | str | None = None,
-                  since: datetime | None = None, limit: int | None = 100) -> list[Run]:
-        """Runs, newest first."""
+                  since: datetime | None = None, limit: int | None = 100,
+                  tag: str | None = None, before: datetime | None = None) -> list[Run]:
+        """Runs, newest first; `since`/`before` bound the start time (>= / <), `tag` keeps
+        the runs recorded with that tag."""
         wanted = RunStatus(status) if status is not None else None
+        # passed only when set: a backend written before these filters keeps working
+        extra: dict[str, Any] = {k: v for k, v in (("tag", tag), ("before", before))
+                                 if v is not None}
         if wanted in (RunStatus.RECORDING, RunStatus.INCOMPLETE):
             # reaping turns dead `recording` runs into `incomplete`: filter after it
-            runs = [self._reap(r) for r in self.backend.list_runs(name=name, since=since)]
+            runs = [self._reap(r) for r in self.backend.list_runs(name=name, since=since,
+                                                                  **extra)]
             runs = [r for r in runs if r.status == wanted]
             return runs[:limit] if limit is not None else runs
-        return [self._reap(r) for r in self.backend.list_runs(name=name, status=wanted,
-                                                              since=since, limit=limit)]
+        return [self._reap(r) for r in self.backend.list_runs(
+            name=name, status=wanted, since=since, limit=limit, **extra)]
 
     def load_steps(self, run_id: UUID | str) -> list[Step]:
-        rid = as_run_id(run_id)
-        self.get_run(rid)
-        return self.backend.load_steps(rid)
+        return self.backend.load_steps(self.get_run(run_id).run_id)
 
     def delete_run(self, run_id: UUID | str) -> None:
         self.backend.delete_run(as_run_id(run_id))

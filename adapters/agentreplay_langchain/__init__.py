@@ -3,7 +3,9 @@
 Record by adding `RecordingCallbackHandler(recorder)` to a run's callbacks (or everything at
 once with `instrument(recorder)`); replay by swapping in `ReplayChatModel`, `ReplayTool`
 (`replay_tools`), `ReplayRetriever` and `ReplayEmbeddings`, or `ReplayMiddleware` for a
-`create_agent` agent.
+`create_agent` agent. Or let the environment decide with no change to the code:
+`instrument()` and the `replayable_*` factories follow `AGENTREPLAY_MODE=record|replay|off` (or
+a `with Session(...)` block).
 
 Example:
     >>> from langchain_core.language_models import GenericFakeChatModel
@@ -38,6 +40,13 @@ from agentreplay_langchain._embeddings import RecordingEmbeddings, ReplayEmbeddi
 from agentreplay_langchain._handler import RecordingCallbackHandler
 from agentreplay_langchain._instrument import Instrumentation, instrument
 from agentreplay_langchain._llm import ReplayLLM
+from agentreplay_langchain._replayable import (
+    replayable_chat_model,
+    replayable_embeddings,
+    replayable_llm,
+    replayable_retriever,
+    replayable_tools,
+)
 from agentreplay_langchain._retriever import ReplayRetriever
 from agentreplay_langchain._served import AbandonedStreamReplayed
 from agentreplay_langchain._tools import (
@@ -79,4 +88,9 @@ __all__ = [
     "instrument",
     "replay_tool_call",
     "replay_tools",
+    "replayable_chat_model",
+    "replayable_embeddings",
+    "replayable_llm",
+    "replayable_retriever",
+    "replayable_tools",
 ]

@@ -1,4 +1,11 @@
-"""instrument(): attach recording (or run-tree tracking for replay) to every LangChain run."""
+"""instrument(): attach recording (or run-tree tracking for replay) to every LangChain run.
+
+`instrument()` with no argument follows the active agentreplay `Session` (a `with Session(...)`
+block, else `AGENTREPLAY_MODE`): it records for a recording session, tracks a replay, and
+returns an inert handle when there is no session, so the same line runs in production with the
+mode off. Importing this module also registers that attachment as a session hook: every
+`with Session(...)` block instruments LangChain for its lifetime by itself.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +18,7 @@ from typing import Any, TypeVar
 
 from langchain_core.tracers.context import register_configure_hook
 
-from agentreplay_core import Player, Recorder
+from agentreplay_core import Mode, Player, Recorder, Session, active_session, register_session_hook
 from agentreplay_langchain._handler import RecordingCallbackHandler
 from agentreplay_langchain._tree import RunTreeTracker
 
@@ -45,6 +52,8 @@ _recording: ContextVar[RecordingCallbackHandler | None] = ContextVar(
     "agentreplay_langchain_recording", default=None)
 _tracking: ContextVar[RunTreeTracker | None] = ContextVar(
     "agentreplay_langchain_tracking", default=None)
+_handles: ContextVar[Instrumentation | None] = ContextVar(
+    "agentreplay_langchain_instrumentation", default=None)
 
 # Registered once per process. With a handler class given, LangChain adds the context's handler
 # only to runs that do not already carry one of that class: a handler the user also passed in
@@ -57,23 +66,53 @@ class Instrumentation:
     """The handle `instrument()` returns: `.close()` (or leaving the `with` block) detaches.
 
     Closing works from any thread or task: runs started after it are not recorded anywhere,
-    runs under way finish recording.
+    runs under way finish recording. A handle attached by a `Session` (its hook) belongs to the
+    session: closing it does nothing, the session detaches it when it ends.
+
+    Attributes:
+        target: the `Recorder` or `Player` attached; None for the inert handle of no session.
+        handler: what runs get: a `RecordingCallbackHandler` when recording, a
+            `RunTreeTracker` when tracking a replay, None when inert.
+        session: the session that attached it, if a session did.
     """
 
-    def __init__(self, var: ContextVar[Any], handler: RunTreeTracker) -> None:
+    def __init__(self, target: Recorder | Player | None, handler: RunTreeTracker | None, *,
+                 session: Session | None = None) -> None:
+        self.target = target
         self.handler = handler
-        self._var = var
-        self._token: Token[Any] | None = var.set(handler)
+        self.session = session
+        self._tokens: list[tuple[ContextVar[Any], Token[Any]]] = []
+        if handler is not None:
+            recording = handler if isinstance(handler, RecordingCallbackHandler) else None
+            # both set: a session nested in another one shadows the outer attachment entirely
+            self._tokens = [(_recording, _recording.set(recording)),
+                            (_tracking, _tracking.set(None if recording else handler)),
+                            (_handles, _handles.set(self))]
+
+    @property
+    def active(self) -> bool:
+        """Whether runs started now get the handler (False once closed, and when inert)."""
+        return self.handler is not None and not getattr(self.handler, "closed", True)
 
     def close(self) -> None:
-        if self._token is None:
+        """Detach (idempotent); a no-op for a session's handle, which its session detaches."""
+        if self.session is None:
+            self._detach()
+
+    def _detach(self) -> None:
+        tokens, self._tokens = self._tokens, []
+        if not tokens or self.handler is None:
             return
         self.handler.closed = True  # type: ignore[attr-defined]
         # Only the context that opened the handle can reset it; elsewhere the closed handler
         # stays set but takes no new runs (setting None there could detach another handle).
-        with contextlib.suppress(ValueError):
-            self._var.reset(self._token)
-        self._token = None
+        for var, token in reversed(tokens):
+            with contextlib.suppress(ValueError):
+                var.reset(token)
+
+    def __repr__(self) -> str:
+        state = "active" if self.active else "inert" if self.handler is None else "closed"
+        return f"<agentreplay_langchain.Instrumentation {_describe(self.target)} ({state})>"
 
     def __enter__(self) -> Instrumentation:
         return self
@@ -83,7 +122,13 @@ class Instrumentation:
         self.close()
 
 
-def instrument(target: Recorder | Player) -> Instrumentation:
+def active_instrumentation() -> Instrumentation | None:
+    """The handle attached in this context, if any (closed ones do not count)."""
+    found = _handles.get()
+    return found if found is not None and found.active else None
+
+
+def instrument(target: Recorder | Player | Session | None = None) -> Instrumentation:
     """Attach agentreplay to every LangChain run started in this context (and the threads and
     tasks LangChain starts from it), with no change to the agent's code.
 
@@ -91,14 +136,73 @@ def instrument(target: Recorder | Player) -> Instrumentation:
     runs are only tracked, so that the replay backends know where in the run tree each call is
     and concurrent branches get their own recorded results. Attaching while already attached in
     this context raises, rather than recording everything twice.
+
+    With no argument (or a `Session`), the active session decides: its recorder or player is
+    attached as above, and with no session (or `AGENTREPLAY_MODE` off) the handle returned is
+    inert. If the session's recorder or player is already attached here (a `with Session(...)`
+    block attaches it by itself), that handle is returned.
     """
-    if any(h is not None and not getattr(h, "closed", False)
-           for h in (_recording.get(), _tracking.get())):
-        raise RuntimeError(
-            "agentreplay_langchain.instrument() is already active in this context; close the "
-            "first handle (or leave its `with` block) before instrumenting again")
+    if target is None or isinstance(target, Session):
+        return _for_session(active_session() if target is None else target)
+    if not isinstance(target, (Recorder, Player)):
+        raise TypeError("instrument() takes a Session, a Recorder or a Player, not "
+                        f"{type(target).__name__}")
+    current = active_instrumentation()
+    if current is not None:
+        if current.target is target and current.session is not None:
+            return current  # the session's own attachment, which the session will detach
+        raise _already_active(current)
+    return _attach(target)
+
+
+def _for_session(session: Session | None) -> Instrumentation:
+    if session is None or session.mode == Mode.OFF:
+        return Instrumentation(None, None)
+    target = session.target
+    if target is None:
+        raise RuntimeError(f"{session!r} is not open: call instrument() inside its `with` "
+                           "block (or after session.open())")
+    current = active_instrumentation()
+    if current is not None:
+        if current.target is target:
+            return current
+        raise _already_active(current)
+    return _attach(target)
+
+
+def _attach(target: Recorder | Player, session: Session | None = None) -> Instrumentation:
     if isinstance(target, Recorder):
-        return Instrumentation(_recording, _AmbientRecorder(target))
+        return Instrumentation(target, _AmbientRecorder(target), session=session)
+    return Instrumentation(target, _AmbientTracker(), session=session)
+
+
+def _already_active(current: Instrumentation) -> RuntimeError:
+    return RuntimeError(
+        f"agentreplay_langchain.instrument() is already active in this context "
+        f"({_describe(current.target)}); close the first handle (or leave its `with` block) "
+        "before instrumenting again")
+
+
+def _describe(target: Recorder | Player | None) -> str:
+    if isinstance(target, Recorder):
+        return f"recording run {target.run_id}"
     if isinstance(target, Player):
-        return Instrumentation(_tracking, _AmbientTracker())
-    raise TypeError(f"instrument() takes a Recorder or a Player, not {type(target).__name__}")
+        return f"tracking the replay of run {target.run_id}"
+    return "no session"
+
+
+def _session_hook(session: Session) -> contextlib.AbstractContextManager[Any] | None:
+    """Attach LangChain to a session opened with `with Session(...)`, for its lifetime."""
+    target = session.target
+    if target is None:
+        return None
+    current = active_instrumentation()
+    if current is not None and current.target is target:
+        return None  # already attached here; whoever attached it detaches it
+    handle = _attach(target, session)
+    detach = contextlib.ExitStack()
+    detach.callback(handle._detach)
+    return detach
+
+
+register_session_hook(_session_hook)

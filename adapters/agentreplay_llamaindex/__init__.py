@@ -34,6 +34,16 @@ recorded into a new run that points back at the recording:
     >>> store.get_run(player.fork.run_id).parent_run_id == rec.run_id
     True
 
+With no change to the code, the environment can decide instead: `instrument()` with no argument
+and the `replayable_*` factories follow `AGENTREPLAY_MODE=record|replay|off` (or a
+`with Session(...)` block); with no session they leave everything live:
+
+    >>> from agentreplay_llamaindex import replayable_llm
+    >>> live = MockLLM(max_tokens=3)
+    >>> with instrument() as handle:  # no session: an inert handle
+    ...     replayable_llm(live) is live, handle.active
+    (True, False)
+
 Importing it without llama-index-core installed raises an ImportError naming the extra.
 """
 
@@ -54,6 +64,12 @@ from agentreplay_llamaindex._replay_embedding import ReplayEmbedding
 from agentreplay_llamaindex._replay_llm import ReplayLLM
 from agentreplay_llamaindex._replay_retriever import ReplayReranker, ReplayRetriever
 from agentreplay_llamaindex._replay_tools import ReplayTool, replay_tools
+from agentreplay_llamaindex._replayable import (
+    replayable_embedding,
+    replayable_llm,
+    replayable_retriever,
+    replayable_tools,
+)
 
 __all__ = [
     "SUPPORTED_VERSIONS",
@@ -69,4 +85,8 @@ __all__ = [
     "instrument",
     "recording_tools",
     "replay_tools",
+    "replayable_embedding",
+    "replayable_llm",
+    "replayable_retriever",
+    "replayable_tools",
 ]

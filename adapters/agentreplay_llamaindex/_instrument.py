@@ -1,13 +1,16 @@
 """`instrument(recorder)`: record the LlamaIndex calls of this context into a run;
-`instrument(player)`: track the spans of a replay, so that replayed calls know their paths.
+`instrument(player)`: track the spans of a replay, so that replayed calls know their paths;
+`instrument()`: whichever the active agentreplay `Session` asks for (nothing without one).
 
 Per context: a server handling several requests at once (threads, asyncio tasks) records each
 into its own run, as long as each request instruments in its own thread or task. The events
-reach the right run through a ContextVar (see `_routing`).
+reach the right run through a ContextVar (see `_routing`). Importing this module registers a
+session hook: every `with Session(...)` block instruments LlamaIndex for its lifetime.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from contextvars import Token
 from types import TracebackType
@@ -15,7 +18,7 @@ from typing import Any
 
 from llama_index.core.instrumentation.span_handlers import BaseSpanHandler
 
-from agentreplay_core import Player, Recorder
+from agentreplay_core import Mode, Player, Recorder, Session, active_session, register_session_hook
 from agentreplay_llamaindex import _routing
 from agentreplay_llamaindex._compat import warn_if_unsupported
 from agentreplay_llamaindex._handlers import RecordingEventHandler
@@ -29,17 +32,35 @@ class Instrumentation:
     `handler` is the `RecordingEventHandler` when recording, None when tracking a replay
     (`tree` is then the replay's span tree). Closing works from any thread or task: events
     fired after it are recorded nowhere, in every context.
+
+    `instrument()` with no session returns an inert handle (`target` None, never active). A
+    handle a `Session` attached (`session` is set) belongs to it: closing it does nothing, the
+    session detaches it when it ends.
     """
 
-    def __init__(self, target: Recorder | Player, handler: RecordingEventHandler | None,
-                 span_handler: BaseSpanHandler[Any], tree: SpanTree | None = None) -> None:
+    def __init__(self, target: Recorder | Player | None, handler: RecordingEventHandler | None,
+                 span_handler: BaseSpanHandler[Any] | None, tree: SpanTree | None = None, *,
+                 session: Session | None = None) -> None:
         self.target = target
         self.handler = handler
-        self.span_handler = span_handler
         self.tree = tree
-        self._closed = False
+        self.session = session
+        self._span_handler = span_handler
+        self._closed = target is None
         self._lock = threading.Lock()
         self._token: Token[Instrumentation | None] | None = None
+
+    @property
+    def span_handler(self) -> BaseSpanHandler[Any]:
+        """The span handler the routing hands this context's spans to."""
+        if self._span_handler is None:
+            raise RuntimeError("an inert instrumentation (no session) has no span handler")
+        return self._span_handler
+
+    @property
+    def active(self) -> bool:
+        """Whether calls made now are recorded or tracked (False once closed, and when inert)."""
+        return not self._closed
 
     @property
     def recorder(self) -> Recorder | None:
@@ -50,7 +71,12 @@ class Instrumentation:
         return self._closed
 
     def close(self) -> None:
-        """Stop routing events here (idempotent); the last one closed detaches the handlers."""
+        """Stop routing events here (idempotent); the last one closed detaches the handlers.
+        A no-op for a session's handle, which its session detaches."""
+        if self.session is None:
+            self._detach()
+
+    def _detach(self) -> None:
         with self._lock:
             if self._closed:
                 return
@@ -72,20 +98,20 @@ class Instrumentation:
         self.close()
 
 
-def _ended(target: Recorder | Player) -> bool:
+def _ended(target: Recorder | Player | None) -> bool:
     # a replay has no end marker the adapter can see; only a sealed recording has ended
     return isinstance(target, Recorder) and target.closed
 
 
-def _build(target: Recorder | Player) -> Instrumentation:
+def _build(target: Recorder | Player, session: Session | None) -> Instrumentation:
     if isinstance(target, Recorder):
         handler = RecordingEventHandler(target)
-        return Instrumentation(target, handler, handler.span_handler)
+        return Instrumentation(target, handler, handler.span_handler, session=session)
     tree = SpanTree()
-    return Instrumentation(target, None, TrackingSpanHandler(tree), tree)
+    return Instrumentation(target, None, TrackingSpanHandler(tree), tree, session=session)
 
 
-def instrument(target: Recorder | Player) -> Instrumentation:
+def instrument(target: Recorder | Player | Session | None = None) -> Instrumentation:
     """Record every LlamaIndex LLM, embedding, retriever, rerank and tool call made in this
     context into a `Recorder`, or track the spans of a replay for its `Player`.
 
@@ -101,24 +127,47 @@ def instrument(target: Recorder | Player) -> Instrumentation:
     target raises RuntimeError (its calls would belong to both), unless the active recording
     has ended, which closes it. Any instrumentation whose recording has ended, in whatever
     context, is closed here too, so forgotten handles do not pile up.
+
+    With no argument (or a `Session`), the active session decides: its recorder or player is
+    instrumented as above (or its handle returned, when a `with Session(...)` block already
+    attached it), and with no session (or `AGENTREPLAY_MODE` off) the handle is inert.
     """
+    if target is None or isinstance(target, Session):
+        session = active_session() if target is None else target
+        if session is None or session.mode == Mode.OFF:
+            return Instrumentation(None, None, None)
+        if session.target is None:
+            raise RuntimeError(f"{session!r} is not open: call instrument() inside its `with` "
+                               "block (or after session.open())")
+        target = session.target
     if not isinstance(target, (Recorder, Player)):
-        raise TypeError(f"instrument() takes a Recorder or a Player, not {type(target).__name__}")
+        raise TypeError("instrument() takes a Session, a Recorder or a Player, not "
+                        f"{type(target).__name__}")
+    return _attach(target, None)
+
+
+def _attach(target: Recorder | Player, session: Session | None) -> Instrumentation:
     warn_if_unsupported()
     for stale in _routing.open_instrumentations():
         if _ended(stale.target):
-            stale.close()  # its run ended without closing it: it could only drop late steps
+            stale._detach()  # its run ended without closing it: it could only drop late steps
     current = _routing.active()
     if current is not None:
         if current.target is target:
             return current
+        if session is not None:  # a session opened inside another one shadows it
+            return _activate(_build(target, session))
+        assert current.target is not None  # an inert handle is never active
         raise RuntimeError(
             f"agentreplay is already {_describe(current.target)} in this context; close that "
             "instrumentation (`.close()` or leave its `with` block) before "
             f"{_describe(target, starting=True)}. Concurrent runs must each be instrumented "
             "in their own thread or asyncio task (a task created inside the `with` block "
             "inherits its instrumentation)")
-    made = _build(target)
+    return _activate(_build(target, session))
+
+
+def _activate(made: Instrumentation) -> Instrumentation:
     _routing.join(made)  # routing first, then the ContextVar: no event of the run is missed
     made._token = _routing.activate(made)
     return made
@@ -130,3 +179,20 @@ def _describe(target: Recorder | Player, *, starting: bool = False) -> str:
                 else f"recording LlamaIndex into run {target.run_id}")
     return (f"tracking the replay of run {target.run_id}" if starting
             else f"tracking LlamaIndex for the replay of run {target.run_id}")
+
+
+def _session_hook(session: Session) -> contextlib.AbstractContextManager[Any] | None:
+    """Instrument LlamaIndex for a session opened with `with Session(...)`, for its lifetime."""
+    target = session.target
+    if target is None:
+        return None
+    current = _routing.active()
+    if current is not None and current.target is target:
+        return None  # already instrumented here; whoever did it closes it
+    made = _attach(target, session)
+    detach = contextlib.ExitStack()
+    detach.callback(made._detach)
+    return detach
+
+
+register_session_hook(_session_hook)

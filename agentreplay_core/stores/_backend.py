@@ -98,8 +98,11 @@ class StoreBackend(abc.ABC):
         status: RunStatus | None = None,
         since: datetime | None = None,
         limit: int | None = None,
+        tag: str | None = None,
+        before: datetime | None = None,
     ) -> list[Run]:
-        """Runs, newest first."""
+        """Runs, newest first: started at `since` or later and before `before`, recorded with
+        `tag` among `metadata["tags"]`."""
 
     @abc.abstractmethod
     def load_steps(self, run_id: UUID) -> list[Step]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from pathlib import Path
 
 from agentreplay_core._errors import StoreError
@@ -42,7 +43,11 @@ def embedded_dsn(data_dir: Path | None = None) -> str:
         StoreError: pgserver is not installed, or the server cannot start.
     """
     try:
-        from pgserver.postgres_server import get_server
+        with warnings.catch_warnings():
+            # platformdirs (through pgserver) warns about an unset XDG_RUNTIME_DIR on every
+            # import in containers and CI; it changes nothing for a per-user data directory.
+            warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+            from pgserver.postgres_server import get_server
     except ImportError:
         raise StoreError(
             "no store URL and no AGENTREPLAY_DSN given, and the embedded PostgreSQL needs the "

@@ -15,6 +15,7 @@ replayable with no database).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Iterator, Sequence
@@ -32,7 +33,7 @@ from agentreplay_core._errors import RunNotFound, StoreError
 from agentreplay_core._model import FORMAT_VERSION, Run, RunStatus, Step
 from agentreplay_core.stores import _jsonl as jsonl
 from agentreplay_core.stores._backend import EmbeddingRow, PendingStep, RunFinish, StoreBackend
-from agentreplay_core.stores._memory import filter_runs
+from agentreplay_core.stores._memory import filter_runs, hex_prefix
 
 log = logging.getLogger("agentreplay")
 
@@ -235,7 +236,8 @@ class FileBackend(StoreBackend):
         return sorted(self.path.glob("*.jsonl"))
 
     def list_runs(self, *, name: str | None = None, status: RunStatus | None = None,
-                  since: datetime | None = None, limit: int | None = None) -> list[Run]:
+                  since: datetime | None = None, limit: int | None = None,
+                  tag: str | None = None, before: datetime | None = None) -> list[Run]:
         runs: list[Run] = []
         for path in self._all_files():
             try:
@@ -248,10 +250,21 @@ class FileBackend(StoreBackend):
                 # one damaged file must not hide every other run; get_run on it still raises
                 log.warning("file store %s: list_runs skips %s: %s", self.path, path.name,
                             str(exc).removeprefix(f"{path}: "))
-        return filter_runs(runs, name, status, since, limit)
+        return filter_runs(runs, name, status, since, limit, tag, before)
 
     def delete_run(self, run_id: UUID) -> None:
         self._file(run_id).unlink(missing_ok=True)
 
     def run_ids_like(self, prefix: str, limit: int = 5) -> list[UUID]:
-        return [r.run_id for r in self.list_runs() if str(r.run_id).startswith(prefix)][:limit]
+        """Run ids starting with `prefix` (hex digits, dashes ignored), in id order."""
+        digits = hex_prefix(prefix)
+        if digits is None:
+            return []
+        if self.single:
+            ids = [r.run_id for r in self.list_runs()]
+        else:  # a directory names each file after its run: no file needs reading
+            ids = []
+            for path in self.path.glob("*.jsonl"):
+                with contextlib.suppress(ValueError):
+                    ids.append(UUID(path.stem))
+        return sorted(i for i in ids if i.hex.startswith(digits))[:limit]

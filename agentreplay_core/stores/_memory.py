@@ -25,7 +25,7 @@ def step_from_pending(row: PendingStep) -> Step:
 
 def filter_runs(
     runs: Sequence[Run], name: str | None, status: RunStatus | None, since: datetime | None,
-    limit: int | None,
+    limit: int | None, tag: str | None = None, before: datetime | None = None,
 ) -> list[Run]:
     """The `list_runs` semantics shared by the non-SQL backends: newest first."""
     selected = [
@@ -33,9 +33,22 @@ def filter_runs(
         if (name is None or r.name == name)
         and (status is None or r.status == status)
         and (since is None or r.started_at >= since)
+        and (before is None or r.started_at < before)
+        and (tag is None or _has_tag(r, tag))
     ]
     selected.sort(key=lambda r: r.started_at, reverse=True)
     return selected[:limit] if limit is not None else selected
+
+
+def _has_tag(run: Run, tag: str) -> bool:
+    tags = run.metadata.get("tags")
+    return isinstance(tags, list) and tag in tags
+
+
+def hex_prefix(prefix: str) -> str | None:
+    """A run id prefix as lower-case hex digits without dashes; None if it is not one."""
+    digits = prefix.strip().lower().replace("-", "")
+    return digits if len(digits) <= 32 and all(c in "0123456789abcdef" for c in digits) else None
 
 
 class MemoryBackend(StoreBackend):
@@ -80,10 +93,11 @@ class MemoryBackend(StoreBackend):
             return self._get(run_id).model_copy(deep=True)
 
     def list_runs(self, *, name: str | None = None, status: RunStatus | None = None,
-                  since: datetime | None = None, limit: int | None = None) -> list[Run]:
+                  since: datetime | None = None, limit: int | None = None,
+                  tag: str | None = None, before: datetime | None = None) -> list[Run]:
         with self._lock:
             runs = [r.model_copy(deep=True) for r in self._runs.values()]
-        return filter_runs(runs, name, status, since, limit)
+        return filter_runs(runs, name, status, since, limit, tag, before)
 
     def load_steps(self, run_id: UUID) -> list[Step]:
         with self._lock:
@@ -105,5 +119,9 @@ class MemoryBackend(StoreBackend):
             self._steps.pop(run_id, None)
 
     def run_ids_like(self, prefix: str, limit: int = 5) -> list[UUID]:
+        """Run ids starting with `prefix` (hex digits, dashes ignored), in id order."""
+        digits = hex_prefix(prefix)
+        if digits is None:
+            return []
         with self._lock:
-            return [r for r in self._runs if str(r).startswith(prefix)][:limit]
+            return sorted(r for r in self._runs if r.hex.startswith(digits))[:limit]

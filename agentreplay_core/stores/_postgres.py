@@ -323,6 +323,8 @@ class PostgresBackend(StoreBackend):
         status: RunStatus | None = None,
         since: datetime | None = None,
         limit: int | None = None,
+        tag: str | None = None,
+        before: datetime | None = None,
     ) -> list[Run]:
         query, params = _sql.list_runs(
             self.schema,
@@ -330,6 +332,8 @@ class PostgresBackend(StoreBackend):
             status=None if status is None else RunStatus(status).value,
             since=since,
             limit=limit,
+            tag=tag,
+            before=before,
         )
         with self._unlimited("list runs") as conn:
             rows = fetch_rows(conn.execute(query, params), "runs")

@@ -11,6 +11,7 @@ import re
 from datetime import datetime
 from typing import Any
 
+import orjson
 from psycopg import sql
 
 __all__ = [
@@ -217,6 +218,8 @@ def list_runs(
     status: str | None = None,
     since: datetime | None = None,
     limit: int | None = None,
+    tag: str | None = None,
+    before: datetime | None = None,
 ) -> tuple[sql.Composed, list[Any]]:
     """Runs newest first, filtered; returns the query and its parameters."""
     conditions: list[sql.Composable] = []
@@ -228,6 +231,12 @@ def list_runs(
     if since is not None:
         conditions.append(sql.SQL("started_at >= %s"))
         params.append(since)
+    if before is not None:
+        conditions.append(sql.SQL("started_at < %s"))
+        params.append(before)
+    if tag is not None:  # tags are a JSON array of strings in metadata
+        conditions.append(sql.SQL("metadata @> %s::jsonb"))
+        params.append(orjson.dumps({"tags": [tag]}).decode())
     where = sql.SQL(" WHERE ") + sql.SQL(" AND ").join(conditions) if conditions else sql.SQL("")
     tail = sql.SQL("")
     if limit is not None:

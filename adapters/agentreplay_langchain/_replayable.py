@@ -1,0 +1,102 @@
+"""`replayable_*`: the live backend, or its replay, as the active agentreplay session asks.
+
+The agent builds its backends through these factories once, and the same code records
+(`AGENTREPLAY_MODE=record`, or a `with Session("record", ...)` block), replays
+(`AGENTREPLAY_MODE=replay`) or runs untouched (no session, or mode off). Each factory decides
+when it is called: build the backends after the session is active (inside the `with Session`
+block; the environment's session opens at the first call that asks for it).
+
+- no session: the live object itself.
+- record: the live object, recorded through `instrument()` (call it first; a `with Session`
+  block does it by itself); embeddings, which LangChain's callbacks do not see, are wrapped in
+  `RecordingEmbeddings`.
+- replay: the replay backend, with the live object as its `live=` counterpart when the replay
+  goes live at a divergence (`on_divergence="live"`); the live object is never called
+  otherwise.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+
+from langchain_core.embeddings import Embeddings
+from langchain_core.language_models import BaseChatModel, BaseLLM
+from langchain_core.retrievers import BaseRetriever
+from langchain_core.tools import BaseTool
+
+from agentreplay_core import Player, Session, active_session
+from agentreplay_langchain._chat_model import ReplayChatModel
+from agentreplay_langchain._embeddings import EMBEDDINGS, RecordingEmbeddings, ReplayEmbeddings
+from agentreplay_langchain._instrument import active_instrumentation
+from agentreplay_langchain._llm import ReplayLLM
+from agentreplay_langchain._retriever import ReplayRetriever
+from agentreplay_langchain._tools import replay_tools
+
+
+def _player(what: str) -> Player | None:
+    """The player of a replay session; None (after checking the recording) otherwise."""
+    session = active_session()
+    if session is None:
+        return None
+    if session.player is None:
+        _check_recorded(session, what)
+    return session.player
+
+
+def _check_recorded(session: Session, what: str) -> None:
+    recorder = session.recorder
+    if recorder is None:
+        return
+    current = active_instrumentation()
+    if current is None or current.target is not recorder:
+        warnings.warn(
+            f"agentreplay is recording run {recorder.run_id}, but LangChain is not instrumented "
+            f"for it in this context: the {what}'s calls will not be recorded. Call "
+            "agentreplay_langchain.instrument() before building the backends",
+            RuntimeWarning, stacklevel=4)
+
+
+def replayable_chat_model(live: BaseChatModel) -> BaseChatModel:
+    """`live`, or a `ReplayChatModel` answering from the replayed run (see module docs)."""
+    player = _player("chat model")
+    if player is None:
+        return live
+    return ReplayChatModel(player=player, live=live if player.can_go_live else None)
+
+
+def replayable_llm(live: BaseLLM) -> BaseLLM:
+    """`live`, or a `ReplayLLM` (text completion; it cannot go live at a divergence)."""
+    player = _player("LLM")
+    return live if player is None else ReplayLLM(player=player)
+
+
+def replayable_tools(tools: Sequence[BaseTool]) -> list[BaseTool]:
+    """`tools`, or `ReplayTool`s with their names and schemas that never run them (unless the
+    replay goes live at a divergence)."""
+    player = _player("tools")
+    if player is None:
+        return list(tools)
+    return list(replay_tools(player, tools))
+
+
+def replayable_retriever(live: BaseRetriever) -> BaseRetriever:
+    """`live`, or a `ReplayRetriever` serving the recorded documents."""
+    player = _player("retriever")
+    if player is None:
+        return live
+    return ReplayRetriever(player=player, live=live if player.can_go_live else None)
+
+
+def replayable_embeddings(live: Embeddings, *, name: str = EMBEDDINGS) -> Embeddings:
+    """`live`; while recording, `RecordingEmbeddings` around it; in replay, `ReplayEmbeddings`
+    serving the recorded vectors. `name` tells several embedding models apart."""
+    session = active_session()
+    if session is None:
+        return live
+    if session.recorder is not None:
+        return RecordingEmbeddings(live, session.recorder, name=name)
+    if session.player is not None:
+        player = session.player
+        return ReplayEmbeddings(player, name=name, live=live if player.can_go_live else None)
+    return live

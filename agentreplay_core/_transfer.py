@@ -1,0 +1,185 @@
+"""Moving one run between stores as a file: `export_run` and `import_run`.
+
+An export is a single-file store in the JSONL format of `stores._file` (a header line with the
+run as stored, then one line per step, input and output in their canonical JSON), so
+`open_store("file:run.jsonl")` replays and verifies it with no database. Rows keep their
+checksums: a run verifies after the move exactly as it did before. Usage::
+
+    export_run(pg_store, run_id, "bug-123.jsonl")
+    import_run(other_store, "bug-123.jsonl")   # raises StoreError if the run is already there
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from uuid import UUID
+
+from agentreplay_core._codec import decode
+from agentreplay_core._errors import IntegrityError, RunNotFound, StoreError
+from agentreplay_core._integrity import VerifyReport, verify_chain
+from agentreplay_core._model import Run, Step
+from agentreplay_core._recorder import _vectors
+from agentreplay_core._store import Store
+from agentreplay_core.stores._backend import EmbeddingRow
+from agentreplay_core.stores._file import parse_run, pending_from_step, run_line, step_line
+
+__all__ = ["ExportResult", "ImportResult", "MalformedExport", "RunExists", "embedding_rows",
+           "export_run", "import_run", "read_export"]
+
+#: called with (steps done, steps in all) as a transfer proceeds
+Progress = Callable[[int, int], None]
+#: steps written per batch (one COPY transaction per batch into PostgreSQL)
+BATCH = 500
+
+
+class MalformedExport(StoreError):
+    """The file is not a complete agentreplay export (truncated, damaged, foreign, newer)."""
+
+
+class RunExists(StoreError):
+    """The run being imported is already stored."""
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    run: Run
+    path: Path
+    steps: int
+    #: verification of the run as exported (the file carries the same problems, if any)
+    report: VerifyReport
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    run: Run
+    steps: int
+    #: vectors handed to the store for similarity search (kept only by PostgreSQL + pgvector)
+    embeddings: int
+    #: True when a stored run with the same id was deleted first
+    replaced: bool
+    report: VerifyReport
+
+
+def embedding_rows(step: Step) -> list[EmbeddingRow]:
+    """The pgvector rows the recorder made for `step`, rebuilt from its stored output: one per
+    vector of an embedding step that did not fail (none for any other step)."""
+    if step.kind != "embedding" or step.is_error:
+        return []
+    try:
+        vectors = _vectors(decode(step.output, restore_objects=False))
+    except Exception:  # an output that cannot be rebuilt here held no searchable vector either
+        return []
+    return [EmbeddingRow(step.run_id, step.step, i, v) for i, v in enumerate(vectors)]
+
+
+def _check_suffix(path: Path) -> None:
+    if path.suffix != ".jsonl":
+        raise StoreError(f"{path}: an export file name must end in .jsonl (open_store reads "
+                         "a path ending in .jsonl as one run, any other as a directory)")
+
+
+def export_run(store: Store, run_id: UUID | str, path: str | os.PathLike[str], *,
+               progress: Progress | None = None) -> ExportResult:
+    """Write a run, as stored, to a `.jsonl` file (replaced atomically if it exists).
+
+    The run is verified on the way; a run that fails verification is still exported (the
+    file then fails verification the same way, which is what a bug report needs): check
+    `result.report.ok`.
+    """
+    target = Path(path)
+    _check_suffix(target)
+    run = store.get_run(run_id)
+    steps = store.backend.load_steps(run.run_id)
+    report = verify_chain(run, steps, store.hmac_key, accept_unkeyed=store.accept_unkeyed_runs)
+    partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
+    try:
+        with open(partial, "wb") as out:
+            out.write(run_line(run))
+            for start in range(0, len(steps), BATCH):
+                batch = steps[start:start + BATCH]
+                out.write(b"".join(step_line(pending_from_step(s)) for s in batch))
+                if progress is not None:
+                    progress(start + len(batch), len(steps))
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(partial, target)
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        raise StoreError(f"cannot write {target}: {exc.strerror or exc}") from exc
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    return ExportResult(run, target, len(steps), report)
+
+
+def read_export(path: str | os.PathLike[str]) -> tuple[Run, list[Step]]:
+    """Parse an exported run file; `StoreError` (one line) for a missing, truncated,
+    malformed, foreign or newer-format file."""
+    source = Path(path)
+    try:
+        data = source.read_bytes()
+    except OSError as exc:
+        what = "is a directory" if source.is_dir() else (exc.strerror or str(exc)).lower()
+        raise StoreError(f"cannot read {source}: {what}; import takes one exported .jsonl "
+                         "file") from None
+    if not data.strip():
+        raise MalformedExport(f"{source}: empty file, not an agentreplay export")
+    if not data.endswith(b"\n"):
+        # the file store forgives a torn last line (a recorder killed mid-write); an export
+        # is written whole, so a missing newline means the copy was cut short
+        raise MalformedExport(f"{source}: truncated (the last line is incomplete); export "
+                              "the run again or copy the whole file")
+    try:
+        return parse_run(data, source)
+    except StoreError as exc:
+        raise MalformedExport(str(exc)) from None
+
+
+def _exists(store: Store, run_id: UUID) -> bool:
+    try:
+        store.backend.get_run(run_id)
+    except RunNotFound:
+        return False
+    return True
+
+
+def import_run(store: Store, path: str | os.PathLike[str], *, replace: bool = False,
+               verify: bool = True, progress: Progress | None = None) -> ImportResult:
+    """Load an exported run into `store`, with its pgvector rows where the store keeps them.
+
+    Raises:
+        MalformedExport: the file is not a complete agentreplay export.
+        RunExists: the run is already stored (`replace=True` deletes the stored one first).
+        StoreError: the file cannot be read, or the store cannot write.
+        IntegrityError: the run fails verification with this store's key (pass `verify=False`
+            to import it anyway; it keeps failing verification).
+    """
+    source = Path(path)
+    run, steps = read_export(source)
+    report = verify_chain(run, steps, store.hmac_key, accept_unkeyed=store.accept_unkeyed_runs)
+    if verify and not report.ok:
+        raise IntegrityError(f"{source}: run {run.run_id} fails verification, not imported "
+                             f"(import it as is with verify=False):\n{report}", report=report)
+    replaced = _exists(store, run.run_id)
+    if replaced and not replace:
+        raise RunExists(f"run {run.run_id} already exists in {store.backend.description}")
+    if replaced:
+        store.backend.delete_run(run.run_id)
+    store.backend.create_run(run)
+    vectors = _write_steps(store, steps, progress)
+    return ImportResult(run, len(steps), vectors, replaced, report)
+
+
+def _write_steps(store: Store, steps: Sequence[Step], progress: Progress | None) -> int:
+    vectors = 0
+    for start in range(0, len(steps), BATCH):
+        batch = steps[start:start + BATCH]
+        rows = [e for s in batch for e in embedding_rows(s)]
+        store.backend.append([pending_from_step(s) for s in batch], rows)
+        vectors += len(rows)
+        if progress is not None:
+            progress(start + len(batch), len(steps))
+    return vectors
