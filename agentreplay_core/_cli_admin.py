@@ -41,7 +41,7 @@ def verify(
     for report in reports:
         # markup off: problem codes are written in [brackets]
         console.print(str(report), style="green" if report.ok else "red", markup=False,
-                      highlight=False)
+                      highlight=False, soft_wrap=True)
     raise typer.Exit(1 if bad else 0)
 
 

@@ -22,7 +22,7 @@ from agentreplay_core._cli_app import (
 )
 from agentreplay_core._errors import AgentReplayError
 
-_INSTALL_HINT = 'pip install "agentreplay[embedded,langchain]"'
+_INSTALL_HINT = 'pip install "agentreplay[demo]"'
 
 
 @app.command()
@@ -32,9 +32,12 @@ def demo(dsn: DsnOption = None, schema: SchemaOption = "agentreplay") -> None:
     Exit 0 when both replays equal the live run, the run verifies and the changed prompt is
     caught; 1 otherwise.
     """
-    if importlib.util.find_spec("langchain_core") is None:
-        raise fail("agentreplay demo runs a LangChain agent, and langchain-core is not "
-                   "installed", _INSTALL_HINT)
+    missing = [package for module, package in (("langchain_core", "langchain-core"),
+                                                ("numpy", "numpy"))
+               if importlib.util.find_spec(module) is None]
+    if missing:  # numpy: the demo's in-memory vector store computes similarities with it
+        raise fail(f"agentreplay demo runs a LangChain agent with an in-memory vector store, "
+                   f"and {' and '.join(missing)} is not installed", _INSTALL_HINT)
     started = time.perf_counter()
     with err.status("Loading LangChain..."):
         from agentreplay_langchain._demo_view import Timings, run_demo

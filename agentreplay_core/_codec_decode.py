@@ -12,8 +12,11 @@ from agentreplay_core._codec_numpy import decode_array, decode_scalar
 from agentreplay_core._codec_objects import REGISTERED_BY_NAME, rebuild, rebuild_enum
 from agentreplay_core._codec_scalars import DECODERS
 
+# ArithmeticError: OverflowError (a huge number of days, a code point beyond C int) and
+# decimal.InvalidOperation (a Decimal string that is not a number), both found by fuzzing
 _MALFORMED = (
-    AttributeError, KeyError, IndexError, TypeError, ValueError, binascii.Error, struct.error,
+    AttributeError, KeyError, IndexError, TypeError, ValueError, ArithmeticError,
+    binascii.Error, struct.error,
 )
 
 

@@ -8,6 +8,7 @@ object arrays keep their elements, encoded like any other value.
 from __future__ import annotations
 
 import importlib
+import math
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -16,6 +17,8 @@ from agentreplay_core._codec_base import TAG, CodecFailure, Json, type_name
 from agentreplay_core._codec_scalars import b64, unb64
 
 Encoder = Callable[[Any, int], Json]
+#: most elements an array of zero-size items (`|S0`, `<U0`) may claim when decoded
+_MAX_EMPTY_ITEMS = 1 << 20
 
 
 def _unsupported(v: Any, why: str) -> CodecFailure:
@@ -107,6 +110,10 @@ def decode_array(d: dict[str, Any], items: list[Any] | None) -> Any:
         raise ValueError("object arrays carry 'items', not raw bytes")
     raw = unb64(d["b64"])
     if dtype.itemsize == 0:
+        # no bytes to check the shape against, and numpy stores such items in one byte or
+        # more: a damaged shape must not allocate gigabytes
+        if math.prod(shape) > _MAX_EMPTY_ITEMS:
+            raise ValueError(f"shape {list(shape)} of zero-size items is implausibly large")
         return np.zeros(shape, dtype=dtype)
     return np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
 

@@ -14,6 +14,10 @@ Sealing a run chains one more record after the last step: `head_checksum = H(che
 status was changed, is detected too (with an HMAC key, even by someone who can rewrite rows).
 The step's `path` is chained as well (an extension of DESIGN's list): replay uses it to tell
 concurrent branches apart, so it must not be editable either.
+
+Key rotation: a store records with one key and may hold old keys that still verify the runs
+chained under them (`AGENTREPLAY_HMAC_OLD_KEYS`, or `hmac_key=[new, old, ...]`); the report
+names the key that verified a run by its `key_id`, never the key itself. See SECURITY.md.
 """
 
 from __future__ import annotations
@@ -32,12 +36,28 @@ from agentreplay_core._model import Run, RunStatus, Step
 
 GENESIS = hashlib.sha256(b"agentreplay/chain/v1").digest()
 HMAC_ENV = "AGENTREPLAY_HMAC_KEY"
+HMAC_OLD_ENV = "AGENTREPLAY_HMAC_OLD_KEYS"
 
 
 def hmac_key_from_env() -> bytes | None:
     """The HMAC key from `AGENTREPLAY_HMAC_KEY`, if set."""
     value = os.environ.get(HMAC_ENV)
     return value.encode("utf-8") if value else None
+
+
+def hmac_old_keys_from_env() -> tuple[bytes, ...]:
+    """Retired keys that still verify old runs: `AGENTREPLAY_HMAC_OLD_KEYS`, comma-separated."""
+    value = os.environ.get(HMAC_OLD_ENV, "")
+    return tuple(k.strip().encode("utf-8") for k in value.split(",") if k.strip())
+
+
+def key_id(key: bytes) -> str:
+    """A short public name of an HMAC key (12 hex digits), for reports and logs.
+
+    An HMAC of a fixed label: it tells keys apart without revealing them (anyone who can read
+    the run log already holds HMACs under the key, so this gives an attacker nothing new).
+    """
+    return hmac.new(key, b"agentreplay/key-id/v1", hashlib.sha256).hexdigest()[:12]
 
 
 def chain_name(key: bytes | None) -> str:
@@ -78,9 +98,10 @@ def step_payload(
 
 def chain_next(previous: bytes, payload: bytes, key: bytes | None) -> bytes:
     """The next 32-byte chain digest."""
-    if key:
-        return hmac.new(key, previous + payload, hashlib.sha256).digest()
-    return hashlib.sha256(previous + payload).digest()
+    # fed in two parts: `previous + payload` would copy a payload of any size once more
+    digest = hmac.new(key, previous, hashlib.sha256) if key else hashlib.sha256(previous)
+    digest.update(payload)
+    return digest.digest()
 
 
 @dataclass(frozen=True)
@@ -107,6 +128,11 @@ class VerifyReport:
     #: True when the run carries a seal (complete or failed); an unsealed run (still recording,
     #: or incomplete because its process died) cannot prove that no steps followed the last one
     sealed: bool = False
+    #: `key_id` of the HMAC key the chain was checked with (None for a plain SHA-256 run); for
+    #: a failed report, the configured key that explained the most steps
+    key_id: str | None = None
+    #: True when that key is an old one (`AGENTREPLAY_HMAC_OLD_KEYS`), not the recording key
+    old_key: bool = False
 
     @property
     def ok(self) -> bool:
@@ -117,7 +143,10 @@ class VerifyReport:
             return "\n".join(str(p) for p in self.problems)
         seal = ("sealed" if self.sealed else
                 "not sealed, so steps after the last stored one cannot be ruled out")
-        return f"run {self.run_id}: {self.step_count} steps, chain intact, {seal}"
+        key = ""
+        if self.key_id:
+            key = f" under HMAC key {self.key_id}" + (" (an old key)" if self.old_key else "")
+        return f"run {self.run_id}: {self.step_count} steps, chain intact{key}, {seal}"
 
 
 def seal_payload(run_id: UUID, status: RunStatus, step_count: int) -> bytes:
@@ -147,29 +176,60 @@ def _recompute(step: Step, previous: bytes, key: bytes | None) -> bytes:
 
 
 def verify_chain(
-    run: Run, steps: Sequence[Step], key: bytes | None, *, accept_unkeyed: bool = False
+    run: Run, steps: Sequence[Step], key: bytes | None, *, accept_unkeyed: bool = False,
+    old_keys: Sequence[bytes] = (),
 ) -> VerifyReport:
     """Check every step's checksum, numbering and the run's seal; one problem per bad step.
 
     Each step is recomputed from the *stored* checksum of its predecessor, so a single changed
     row is reported once instead of breaking every later step. With a key, a run chained
     without it is a problem unless `accept_unkeyed` (anyone with write access could have
-    re-chained it with plain SHA-256).
+    re-chained it with plain SHA-256). A keyed run verifies under `key` or any of `old_keys`
+    (retired keys, kept for the runs chained under them); the report names which.
     """
-    report = VerifyReport(run_id=run.run_id, step_count=len(steps))
-    problems = report.problems
-    if run.chain == "hmac-sha256" and not key:
-        problems.append(Problem(run.run_id, None, "hmac_key_missing",
-                                f"run was chained with HMAC-SHA-256; set {HMAC_ENV} to verify it"))
-        return report
-    if run.chain != "hmac-sha256" and key:
-        if not accept_unkeyed:
-            problems.append(Problem(
+    if run.chain != "hmac-sha256":
+        report = _check_chain(run, steps, None)
+        if run.chain != "sha256":  # an edited row, or a newer agentreplay's algorithm
+            report.problems.insert(0, Problem(
+                run.run_id, None, "unknown_chain",
+                f"run names the chain algorithm {run.chain!r}, which this agentreplay does not "
+                "know (sha256, hmac-sha256); it was checked as sha256"))
+        if key and not accept_unkeyed:
+            report.problems.insert(0, Problem(
                 run.run_id, None, "unkeyed_run",
                 "run is chained with plain SHA-256 although an HMAC key is configured: anyone "
                 "with write access could have forged it (pass accept_unkeyed=True for runs "
                 "recorded before the key existed)"))
-        key = None
+        return report
+    keys = list(dict.fromkeys(k for k in (key, *old_keys) if k))
+    if not keys:
+        report = VerifyReport(run_id=run.run_id, step_count=len(steps))
+        report.problems.append(Problem(
+            run.run_id, None, "hmac_key_missing",
+            f"run was chained with HMAC-SHA-256; set {HMAC_ENV} (or list the key it was "
+            f"recorded with in {HMAC_OLD_ENV}) to verify it"))
+        return report
+    reports = []
+    for candidate in keys:
+        report = _check_chain(run, steps, candidate)
+        report.key_id, report.old_key = key_id(candidate), candidate != key
+        if report.ok:
+            return report
+        reports.append(report)
+    best = min(reports, key=lambda r: len(r.problems))  # on a tie, the recording key's
+    mismatched = sum(p.code == "checksum_mismatch" for p in best.problems)
+    if steps and mismatched == len(steps):  # no key explains even one step
+        ids = ", ".join(key_id(k) for k in keys)
+        best.problems.insert(0, Problem(
+            run.run_id, None, "hmac_key_unknown",
+            f"no configured HMAC key (key ids {ids}) matches any step: the run was chained "
+            f"under another key (list it in {HMAC_OLD_ENV}), or every step was rewritten"))
+    return best
+
+
+def _check_chain(run: Run, steps: Sequence[Step], key: bytes | None) -> VerifyReport:
+    report = VerifyReport(run_id=run.run_id, step_count=len(steps))
+    problems = report.problems
     previous = GENESIS
     expected_step = 1
     for step in steps:

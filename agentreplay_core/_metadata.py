@@ -11,6 +11,8 @@ import sys
 from importlib import metadata as importlib_metadata
 from typing import Any
 
+from agentreplay_core._keys import clean_label
+
 #: distributions whose versions explain a recording (only read if installed, never imported)
 TRACKED_DISTRIBUTIONS = (
     "agentreplay",
@@ -67,5 +69,8 @@ def collect_metadata(user: dict[str, Any] | None = None) -> dict[str, Any]:
     if revision:
         auto["git_revision"] = revision
     if user:
-        auto.update(user)
+        for key, value in user.items():
+            if not isinstance(key, str):  # would turn all metadata into a tagged map
+                raise TypeError(f"metadata keys must be strings, got {key!r}")
+            auto[clean_label(key)] = value  # NUL made visible, like names
     return auto

@@ -5,13 +5,13 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Literal
 from uuid import UUID
 
 from agentreplay_core._codec import canonical_bytes, decode, encode
 from agentreplay_core._divergence import divergence, missing_calls
-from agentreplay_core._errors import ReplayDivergence, ReplayedCancellation
+from agentreplay_core._errors import ReplayDivergence, ReplayedCancellation, SerializationError
 from agentreplay_core._keys import (
     clean_label,
     current_path,
@@ -22,6 +22,8 @@ from agentreplay_core._keys import (
 from agentreplay_core._model import Run, Step, check_kind
 from agentreplay_core._recorded_errors import error_from_record, is_cancellation
 from agentreplay_core._recorder import Recorder
+from agentreplay_core._redact import Redactor
+from agentreplay_core._redact_replay import add_key_hint, restore_secrets, shown_request
 
 MatchMode = Literal["keyed", "sequential"]
 MATCH_MODES: tuple[str, ...] = ("keyed", "sequential")
@@ -43,9 +45,15 @@ class Player:
     raises `ReplayDivergence` and never goes live (see `store.replay(on_divergence="live")`).
     """
 
-    def __init__(self, run: Run, steps: list[Step], *, match: MatchMode = "keyed") -> None:
+    def __init__(self, run: Run, steps: list[Step], *, match: MatchMode = "keyed",
+                 redactor: Redactor | None = None,
+                 secrets: Mapping[str, str] | Iterable[str] | None = None) -> None:
         self.run = run
         self.match = check_match_mode(match)
+        #: redacts each request as the recorder did, so requests holding secrets match
+        self.redactor = redactor
+        if secrets is not None:
+            steps = restore_secrets(steps, secrets, redactor)
         self._steps = steps
         self._consumed: set[int] = set()
         self._lock = threading.Lock()
@@ -150,24 +158,61 @@ class Player:
         """The matching recorded step itself (consumed), for backends that need its metadata."""
         kind = check_kind(kind)
         name = clean_label(name)
-        key = match_key or match_key_of_canonical(
-            kind, name, canonical_bytes(encode(request, path="request")))
+        redacted = None
+        if self.redactor is None:
+            key = match_key or match_key_of_canonical(
+                kind, name, canonical_bytes(encode(request, path="request")))
+        else:
+            key, redacted = self._redacted_key(kind, name, request, match_key)
+            if redacted is not None:  # never show the secret in a divergence report
+                request = shown_request(redacted)
         if path is None:  # where the recorder would have put this call
             path = join_path(current_path(), f"{kind}:{name}")
         with self._lock:
             step, expected_next = self._take(kind, name, key, clean_label(path))
             if step is None:
-                raise divergence(
-                    run_id=self.run_id, kind=kind, name=name, request=request, key=key,
-                    path=path, pending=self.unconsumed(), expected_next=expected_next,
-                    recorded_total=sum(1 for s in self._steps
-                                       if s.kind == kind and s.name == name))
+                # built by a call: an exception held in a local here would keep this frame
+                # (and what it references) alive in a cycle after it is raised
+                raise self._divergence(kind, name, request, key, path, expected_next, redacted)
             self._consume(step)
             self._served.append(step)
             fork = self.fork
         if fork is not None:  # served from the recording after going live: the fork has it too
             fork.copy_step(step)
         return step
+
+    def _divergence(self, kind: str, name: str, request: Any, key: str, path: str,
+                    expected_next: Step | None, redacted: Any) -> ReplayDivergence:
+        pending = self.unconsumed()
+        diverged = divergence(
+            run_id=self.run_id, kind=kind, name=name, request=request, key=key, path=path,
+            pending=pending, expected_next=expected_next,
+            recorded_total=sum(1 for s in self._steps if s.kind == kind and s.name == name))
+        if redacted is not None:  # secrets in the request: say if a key mismatch is likely
+            add_key_hint(diverged, redacted,
+                         [s for s in pending if s.kind == kind and s.name == name])
+        return diverged
+
+    def _redacted_key(self, kind: str, name: str, request: Any, match_key: str | None
+                      ) -> tuple[str, Any]:
+        """The match key of the request as the recorder saw it (secrets replaced), and the
+        redacted encoded request if redaction changed it (else None)."""
+        assert self.redactor is not None
+        try:
+            encoded = encode(request, path="request")
+        except SerializationError:
+            if match_key is None:
+                raise
+            return match_key, None  # stored as unencodable: its caller-computed key stands
+        redacted, changed = self.redactor.redact_encoded(encoded)
+        request_json = canonical_bytes(redacted)
+        if match_key is None:
+            key = match_key_of_canonical(kind, name, request_json)
+        elif b"<secret:" in request_json:  # keyed as the recorder keyed it
+            key = self.redactor.rekey(match_key)
+        else:
+            key = match_key
+        return key, redacted if changed else None
 
     async def anext(
         self,
@@ -201,7 +246,12 @@ class Player:
                     "cancelled while recording (e.g. by a timeout); replay async calls with "
                     "`await player.anext(...)` so that the same timeout fires again")
             raise error_from_record(record)
-        return decode(step.output)
+        try:
+            return decode(step.output)
+        except SerializationError as exc:  # the path inside the value alone is not enough
+            exc.args = (f"step {step.step} of run {self.run_id} ({step.kind} {step.name!r}): "
+                        f"{exc}",)
+            raise
 
     # -- matching -------------------------------------------------------------------------
 

@@ -25,11 +25,15 @@ from agentreplay_core._keys import (
 )
 from agentreplay_core._model import RunStatus, Step, check_kind
 from agentreplay_core._recorded_errors import error_to_record
+from agentreplay_core._redact import Redactor
 from agentreplay_core._writer import SyncWriter, Writer, step_counts
 from agentreplay_core.stores._backend import EmbeddingRow, PendingStep, RunFinish
 
 log = logging.getLogger("agentreplay")
 T = TypeVar("T")
+#: default `Recorder.max_value_bytes`: 128 MiB of canonical JSON, half of what PostgreSQL's
+#: jsonb holds, and a bound on what one step may cost the recording process in memory
+MAX_VALUE_BYTES = 128 << 20
 
 
 @dataclass
@@ -69,10 +73,13 @@ class Recorder:
     and `acall()` make the call and record its result or error.
     """
 
-    def __init__(self, run_id: UUID, writer: Writer, *, hmac_key: bytes | None) -> None:
+    def __init__(self, run_id: UUID, writer: Writer, *, hmac_key: bytes | None,
+                 redactor: Redactor | None = None) -> None:
         self.run_id = run_id
         self._writer = writer
         self._key = hmac_key
+        #: replaces secrets in every step before it is chained and stored
+        self.redactor = redactor
         self._lock = threading.Lock()
         self._next_step = 1
         self._previous = GENESIS
@@ -80,6 +87,8 @@ class Recorder:
         # sync rows are committed outside the lock, so threads do not queue behind each commit
         self._sync = isinstance(writer, SyncWriter)
         self.stats = RecordingStats()
+        #: larger inputs/outputs (as canonical JSON) are stored as unencodable markers
+        self.max_value_bytes = MAX_VALUE_BYTES
 
     @property
     def step_count(self) -> int:
@@ -92,6 +101,20 @@ class Recorder:
             self.stats.unencodable += 1
             log.warning("agentreplay: run %s: %s; stored as unencodable", self.run_id, exc)
             return unencodable_marker(value, exc)
+
+    def _bounded(self, data: bytes, encoded: Any, where: str) -> bytes:
+        """`data`, or the canonical marker of a value refused for its size (the match key
+        was computed from `data` already, so replay still finds the step and says why)."""
+        if len(data) <= self.max_value_bytes:
+            return data
+        self.stats.unencodable += 1
+        error = SerializationError(
+            f"{len(data):,} bytes of JSON, more than max_value_bytes={self.max_value_bytes:,} "
+            "allows; record a smaller value (a summary, a file name) or raise "
+            "recorder.max_value_bytes", path=where, type_name=type(encoded).__name__)
+        log.warning("agentreplay: run %s: %s; stored as unencodable", self.run_id, error)
+        # the marker's repr from the first bytes only: repr() of the whole value is as big
+        return canonical_bytes(unencodable_marker(data[:400].decode("utf-8", "replace"), error))
 
     def record(
         self,
@@ -122,9 +145,11 @@ class Recorder:
     ) -> int | None:
         encoded_in = self._encode(input, "input")
         encoded_out = self._encode(output, "output")
+        if self.redactor is not None:
+            (encoded_in, encoded_out), _ = self.redactor.redact_trees((encoded_in, encoded_out))
         vectors = _vectors(output) if kind == "embedding" and not is_error else []
         return self._append(kind, name, encoded_in, encoded_out, is_error, path, match_key,
-                            started_at, duration_ms, vectors)
+                            started_at, duration_ms, vectors, caller_key=True)
 
     def copy_step(self, step: Step) -> int | None:
         """Store a recorded step again, as stored (into a forked run): values that cannot be
@@ -136,7 +161,10 @@ class Recorder:
                     vectors = _vectors(decode(step.output, restore_objects=False))
                 except Exception:
                     vectors = []
-            return self._append(step.kind, step.name, step.input, step.output, step.is_error,
+            stored_in, stored_out = step.input, step.output
+            if self.redactor is not None:  # a replay given secrets= holds them again
+                (stored_in, stored_out), _ = self.redactor.redact_trees((stored_in, stored_out))
+            return self._append(step.kind, step.name, stored_in, stored_out, step.is_error,
                                 step.path, step.match_key, None, 0.0, vectors)
         except Exception:
             self.stats.internal_errors += 1
@@ -146,7 +174,7 @@ class Recorder:
     def _append(
         self, kind: str, name: str, encoded_in: Any, encoded_out: Any, is_error: bool,
         path: str | None, match_key: str | None, started_at: datetime | None,
-        duration_ms: float, vectors: list[list[float]],
+        duration_ms: float, vectors: list[list[float]], *, caller_key: bool = False,
     ) -> int | None:
         kind = check_kind(kind)
         name = clean_label(name)
@@ -157,7 +185,13 @@ class Recorder:
             return None
         input_json = canonical_bytes(encoded_in)
         output_json = canonical_bytes(encoded_out)
+        if caller_key and match_key and self.redactor is not None and b"<secret:" in input_json:
+            # a key the caller computed over a request that holds secrets: keyed, as a plain
+            # hash of the request could be used to test guesses of a weak password
+            match_key = self.redactor.rekey(match_key)
         key = match_key or match_key_of_canonical(kind, name, input_json)
+        input_json = self._bounded(input_json, encoded_in, "input")
+        output_json = self._bounded(output_json, encoded_out, "output")
         where = clean_label(join_path(current_path(), f"{kind}:{name}") if path is None
                             else path)
         started = started_at or datetime.now(timezone.utc)
@@ -247,4 +281,6 @@ class Recorder:
         self.stats.pending = max(0, count - written - self.stats.spooled - self.stats.lost)
         if self.stats.spooled or self.stats.lost or self.stats.unencodable \
                 or self.stats.internal_errors or self.stats.pending:
-            log.warning("agentreplay: run %s recorded with problems: %s", self.run_id, self.stats)
+            level = logging.ERROR if self.stats.lost else logging.WARNING  # lost: loudly
+            log.log(level, "agentreplay: run %s recorded with problems: %s", self.run_id,
+                    self.stats)

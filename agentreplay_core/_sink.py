@@ -10,6 +10,7 @@ its batch is written row by row and the rejected row is reported and counted as 
 from __future__ import annotations
 
 import enum
+import functools
 import logging
 import threading
 import time
@@ -53,7 +54,8 @@ class Sink:
         self.written_steps: dict[UUID, int] = {}
         self.spooled_steps: dict[UUID, int] = {}
         self.lost_steps: dict[UUID, int] = {}
-        #: runs whose `runs` row the store refused: their steps cannot be stored either
+        #: runs whose `runs` row the store refused, or that could be neither stored nor
+        #: spooled: their steps cannot be stored either
         self._rejected_runs: set[UUID] = set()
         self.errors: list[str] = []
 
@@ -85,8 +87,8 @@ class Sink:
         self._note(f"run store {self.backend.description} failed ({what}): {error!r}; spooling")
         return Outcome.UNREACHABLE
 
-    def _note(self, message: str) -> None:
-        log.warning("agentreplay: %s", message)
+    def _note(self, message: str, level: int = logging.WARNING) -> None:
+        log.log(level, "agentreplay: %s", message)
         with self._lock:
             self.errors.append(message)
 
@@ -102,7 +104,8 @@ class Sink:
             action()
             return True
         except Exception as exc:  # disk full, permissions: say so loudly, count the loss
-            self._note(f"could not spool {what} to {self.spool.directory}: {exc!r}; LOST")
+            self._note(f"could not spool {what} to {self.spool.directory}: {exc!r}; LOST",
+                       logging.ERROR)
             return False
 
     def is_spooling(self, run_id: UUID) -> bool:
@@ -115,7 +118,9 @@ class Sink:
                 self._rejected_runs.add(run.run_id)
         if outcome is not Outcome.UNREACHABLE:
             return
-        self._spool({run.run_id}, lambda: self.spool.write_run(run), f"run {run.run_id}")
+        if not self._spool({run.run_id}, lambda: self.spool.write_run(run), f"run {run.run_id}"):
+            with self._lock:  # no step loads without the header: count them lost, not spooled
+                self._rejected_runs.add(run.run_id)
 
     def write_rows(self, steps: Sequence[PendingStep], embeddings: Sequence[EmbeddingRow]) -> None:
         orphans = [s for s in steps if s.run_id in self._rejected_runs]
@@ -127,11 +132,19 @@ class Sink:
         if direct:
             spooled.extend(self._write_direct(direct, embeddings))
         if spooled:
-            ids = {s.run_id for s in spooled}
-            vectors = [e for e in embeddings if e.run_id in ids]
-            kept = self._spool(ids, lambda: self.spool.write_rows(spooled, vectors),
-                               f"{len(spooled)} step(s)")
-            self._count(self.spooled_steps if kept else self.lost_steps, spooled)
+            self._spool_steps(spooled, embeddings)
+
+    def _spool_steps(self, steps: Sequence[PendingStep], embeddings: Sequence[EmbeddingRow]
+                     ) -> None:
+        """Spool run by run (a line each), so a full disk counts as lost only what it lost."""
+        by_run: dict[UUID, list[PendingStep]] = {}
+        for step in steps:
+            by_run.setdefault(step.run_id, []).append(step)
+        for run_id, rows in by_run.items():
+            vectors = [e for e in embeddings if e.run_id == run_id]
+            kept = self._spool({run_id}, functools.partial(self.spool.write_rows, rows, vectors),
+                               f"{len(rows)} step(s) of run {run_id}")
+            self._count(self.spooled_steps if kept else self.lost_steps, rows)
 
     def _write_direct(self, steps: list[PendingStep], embeddings: Sequence[EmbeddingRow]
                       ) -> list[PendingStep]:
@@ -165,10 +178,7 @@ class Sink:
 
     def spool_rows(self, steps: Sequence[PendingStep], embeddings: Sequence[EmbeddingRow]) -> None:
         """Spool straight away (the writer's queue stayed full too long)."""
-        ids = {s.run_id for s in steps}
-        kept = self._spool(ids, lambda: self.spool.write_rows(steps, embeddings),
-                           f"{len(steps)} step(s)")
-        self._count(self.spooled_steps if kept else self.lost_steps, steps)
+        self._spool_steps(steps, embeddings)
 
     def spool_finish(self, finish: RunFinish) -> None:
         self._spool({finish.run_id}, lambda: self.spool.write_finish(finish),

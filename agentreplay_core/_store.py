@@ -8,7 +8,7 @@ import os
 import re
 import socket
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
@@ -27,13 +27,15 @@ from agentreplay_core._integrity import (
     VerifyReport,
     chain_name,
     hmac_key_from_env,
+    hmac_old_keys_from_env,
     verify_chain,
 )
 from agentreplay_core._keys import clean_label
 from agentreplay_core._metadata import collect_metadata
-from agentreplay_core._model import EmbeddingMatch, Run, RunStatus, Step
+from agentreplay_core._model import FORMAT_VERSION, EmbeddingMatch, Run, RunStatus, Step
 from agentreplay_core._player import Player, check_match_mode
 from agentreplay_core._recorder import Recorder
+from agentreplay_core._redact import Redactor
 from agentreplay_core._sink import Sink
 from agentreplay_core._spool import Spool
 from agentreplay_core._writer import BatchedWriter, SyncWriter, Writer, check_durability
@@ -45,6 +47,9 @@ OnDivergence = Literal["raise", "live"]
 _UNSET: Any = object()
 #: what a run id prefix may hold once dashes are dropped: 1 to 32 hex digits
 _HEX_PREFIX = re.compile(r"^[0-9a-f]{1,32}$")
+#: longest run name: a btree index entry holds at most ~2,700 bytes (500 4-byte characters
+#: fit, with the rest of the entry); longer names would be refused by PostgreSQL
+MAX_RUN_NAME = 500
 
 
 def _pid_alive(pid: int) -> bool:
@@ -81,17 +86,31 @@ class Store:
         self,
         backend: StoreBackend,
         *,
-        hmac_key: bytes | str | None = _UNSET,
+        hmac_key: bytes | str | Sequence[bytes | str] | None = _UNSET,
         spool_dir: str | Path | None = None,
         max_queue: int = 10_000,
         accept_unkeyed_runs: bool = False,
+        redaction: Redactor | None = _UNSET,
     ) -> None:
         self.backend = backend
         #: with an HMAC key, also trust runs chained without one (recorded before the key)
         self.accept_unkeyed_runs = accept_unkeyed_runs
+        keys: Sequence[bytes | str | None]
         if hmac_key is _UNSET:
-            hmac_key = hmac_key_from_env()
-        self.hmac_key = hmac_key.encode() if isinstance(hmac_key, str) else hmac_key
+            keys = [hmac_key_from_env(), *hmac_old_keys_from_env()]
+        elif hmac_key is None or isinstance(hmac_key, (str, bytes)):
+            keys = [hmac_key]
+        else:
+            keys = list(hmac_key)
+        encoded = [k.encode() if isinstance(k, str) else k for k in keys]
+        #: the key new runs are chained with (the first of `hmac_key=[new, old, ...]`)
+        self.hmac_key: bytes | None = encoded[0] if encoded else None
+        #: retired keys: runs chained under them still verify (SECURITY.md, key rotation)
+        self.hmac_old_keys: tuple[bytes, ...] = tuple(k for k in encoded[1:] if k)
+        if redaction is _UNSET:
+            redaction = Redactor.from_env()
+        #: replaces secrets before anything is stored (None: redaction off)
+        self.redaction = redaction.bound_to_store(self.hmac_key) if redaction else None
         self.spool = Spool(Path(spool_dir) if spool_dir else None)
         self._sink = Sink(backend, self.spool)
         self._max_queue = max_queue
@@ -152,10 +171,14 @@ class Store:
         """Record one run. Leaving the block seals it `complete`, or `failed` if it raised (the
         exception propagates unchanged). A process that dies leaves it `incomplete`."""
         self._check_open()
+        self._check_writable()
+        if name is not None and len(name) > MAX_RUN_NAME:  # PostgreSQL indexes the name
+            raise ValueError(f"run name of {len(name)} characters: at most {MAX_RUN_NAME} "
+                             "are stored; put longer text in metadata=")
         writer = self._writer(durability)
         meta = collect_metadata(metadata)
-        if tags:
-            meta["tags"] = sorted({*meta.get("tags", ()), *tags})
+        if tags:  # cleaned like names: a NUL could not be stored or searched for
+            meta["tags"] = sorted({*meta.get("tags", ()), *map(clean_label, tags)})
         # `_entropy_in_log`: a forked run holds entropy steps copied from its parent
         meta["agentreplay"] = {
             "durability": durability, "entropy": entropy or _entropy_in_log,
@@ -163,6 +186,9 @@ class Store:
             "pid": os.getpid(), "host": socket.gethostname(),
         }
         meta = encode(meta, path="metadata")  # user metadata may hold any encodable value
+        if self.redaction is not None:
+            meta = self.redaction.redact_encoded(meta)[0]
+            name = self.redaction.redact_text(name) if name else name
         run = Run(
             run_id=run_id or uuid4(), name=clean_label(name) if name else name,
             status=RunStatus.RECORDING,
@@ -170,7 +196,8 @@ class Store:
             fork_step=fork_step, metadata=meta, chain=chain_name(self.hmac_key),
         )
         writer.submit_run(run)
-        recorder = Recorder(run.run_id, writer, hmac_key=self.hmac_key)
+        recorder = Recorder(run.run_id, writer, hmac_key=self.hmac_key,
+                            redactor=self.redaction)
         status = RunStatus.FAILED
         try:
             if entropy:
@@ -186,6 +213,13 @@ class Store:
                 recorder._seal(status)
             except Exception:  # sealing must never replace the user's exception
                 log.exception("agentreplay: could not seal run %s", run.run_id)
+
+    def _check_writable(self) -> None:
+        """Refuse to start recording with a role that may only read (SECURITY.md): fail here,
+        before the agent runs, instead of spooling every row of the run for nothing."""
+        check = getattr(self.backend, "check_writable", None)
+        if check is not None:
+            check()
 
     # -- reading --------------------------------------------------------------------------
 
@@ -256,11 +290,27 @@ class Store:
         pid = own.get("pid") if isinstance(own, dict) else None
         host = own.get("host") if isinstance(own, dict) else None
         if host == socket.gethostname() and isinstance(pid, int) and not _pid_alive(pid):
-            if self.backend.mark_incomplete(run.run_id):
+            if self._mark_incomplete(run.run_id):
                 run.status = RunStatus.INCOMPLETE
             else:  # sealed meanwhile (a spool flush): read what it is now
                 run = self.backend.get_run(run.run_id)
         return run
+
+    def _mark_incomplete(self, run_id: UUID) -> bool:
+        """Store that a run's recorder died; False if it was sealed meanwhile. A role that may
+        only read (SECURITY.md) cannot store it: the run is reported incomplete all the same,
+        and the next read by a store that may write stores it."""
+        why: object = "this store's role may only read"
+        if not getattr(self.backend, "read_only", False):
+            try:
+                return self.backend.mark_incomplete(run_id)
+            except RunNotFound:
+                raise
+            except StoreError as exc:  # privileges revoked since open, or the server went away
+                why = exc
+        log.debug("agentreplay: run %s lost its recording process; reporting it incomplete "
+                  "without storing that: %s", run_id, why)
+        return True
 
     def list_runs(self, *, name: str | None = None, status: RunStatus | str | None = None,
                   since: datetime | None = None, limit: int | None = 100,
@@ -268,6 +318,8 @@ class Store:
         """Runs, newest first; `since`/`before` bound the start time (>= / <), `tag` keeps
         the runs recorded with that tag."""
         wanted = RunStatus(status) if status is not None else None
+        # names and tags are stored cleaned (NUL made visible): look for them so
+        name, tag = (clean_label(v) if isinstance(v, str) else v for v in (name, tag))
         # passed only when set: a backend written before these filters keeps working
         extra: dict[str, Any] = {k: v for k, v in (("tag", tag), ("before", before))
                                  if v is not None}
@@ -299,8 +351,12 @@ class Store:
     def verify(self, run_id: UUID | str) -> VerifyReport:
         """Check a run's hash chain; the report has one problem per bad step."""
         run = self.get_run(run_id)
-        return verify_chain(run, self.backend.load_steps(run.run_id), self.hmac_key,
-                            accept_unkeyed=self.accept_unkeyed_runs)
+        return self.verify_steps(run, self.backend.load_steps(run.run_id))
+
+    def verify_steps(self, run: Run, steps: Sequence[Step]) -> VerifyReport:
+        """Verify a run already loaded (an export, an import) with this store's keys."""
+        return verify_chain(run, steps, self.hmac_key, accept_unkeyed=self.accept_unkeyed_runs,
+                            old_keys=self.hmac_old_keys)
 
     def verify_all(self) -> list[VerifyReport]:
         """Verify every run; a run that cannot even be read is reported, not raised."""
@@ -325,6 +381,7 @@ class Store:
         network_guard: bool | None = None,
         allow_hosts: Iterable[tuple[str, int]] = (),
         entropy: bool | None = None,
+        secrets: Mapping[str, str] | Iterable[str] | None = None,
     ) -> Iterator[Player]:
         """Replay a recorded run: yields a `Player` that replay backends ask for results.
 
@@ -332,20 +389,28 @@ class Store:
         the block with recorded steps never asked for raises `ReplayDivergence(missing_call)`
         unless `allow_unused`. Entropy replay is switched on for runs that recorded it. The
         network guard is on unless `on_divergence="live"`, whose live calls need the network.
+        Recorded outputs hold placeholders where secrets were; `secrets` puts them back:
+        `{placeholder: secret}`, or just the secrets (placeholders derived with the key).
         """
         self._check_open()
         if on_divergence not in ("raise", "live"):
             raise ValueError("on_divergence must be 'raise' or 'live'")
+        if on_divergence == "live":
+            self._check_writable()  # the fork is a new recording: say so now, not mid-replay
         run = self.get_run(run_id)
+        if run.format_version > FORMAT_VERSION:  # its steps may mean what this code cannot know
+            raise StoreError(f"run {run.run_id} was recorded by a newer agentreplay (format "
+                             f"{run.format_version} > {FORMAT_VERSION}); upgrade agentreplay "
+                             "to replay it")
         steps = self.backend.load_steps(run.run_id)
         if verify:
-            report = verify_chain(run, steps, self.hmac_key,
-                                  accept_unkeyed=self.accept_unkeyed_runs)
+            report = self.verify_steps(run, steps)
             if not report.ok:
                 raise IntegrityError(
                     f"run {run.run_id} failed verification; refusing to replay it "
                     f"(pass verify=False to replay anyway):\n{report}", report=report)
-        player = Player(run, steps, match=check_match_mode(match))
+        player = Player(run, steps, match=check_match_mode(match), redactor=self.redaction,
+                        secrets=secrets)
         recorded_entropy = meta_entropy(run)
         with contextlib.ExitStack() as stack:
             if on_divergence == "live":

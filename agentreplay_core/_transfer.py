@@ -19,7 +19,7 @@ from uuid import UUID
 
 from agentreplay_core._codec import decode
 from agentreplay_core._errors import IntegrityError, RunNotFound, StoreError
-from agentreplay_core._integrity import VerifyReport, verify_chain
+from agentreplay_core._integrity import VerifyReport
 from agentreplay_core._model import Run, Step
 from agentreplay_core._recorder import _vectors
 from agentreplay_core._store import Store
@@ -33,6 +33,9 @@ __all__ = ["ExportResult", "ImportResult", "MalformedExport", "RunExists", "embe
 Progress = Callable[[int, int], None]
 #: steps written per batch (one COPY transaction per batch into PostgreSQL)
 BATCH = 500
+#: how compressed copies of an export start (bug reports are often sent zipped)
+_COMPRESSED = ((b"\x1f\x8b", "gzip"), (b"PK\x03\x04", "zip"), (b"\x28\xb5\x2f\xfd", "zstd"),
+               (b"BZh", "bzip2"), (b"\xfd7zXZ\x00", "xz"))
 
 
 class MalformedExport(StoreError):
@@ -93,7 +96,7 @@ def export_run(store: Store, run_id: UUID | str, path: str | os.PathLike[str], *
     _check_suffix(target)
     run = store.get_run(run_id)
     steps = store.backend.load_steps(run.run_id)
-    report = verify_chain(run, steps, store.hmac_key, accept_unkeyed=store.accept_unkeyed_runs)
+    report = store.verify_steps(run, steps)
     partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
     try:
         with open(partial, "wb") as out:
@@ -127,6 +130,10 @@ def read_export(path: str | os.PathLike[str]) -> tuple[Run, list[Step]]:
                          "file") from None
     if not data.strip():
         raise MalformedExport(f"{source}: empty file, not an agentreplay export")
+    for magic, kind in _COMPRESSED:
+        if data.startswith(magic):  # would read as "truncated" or "not valid JSON"
+            raise MalformedExport(f"{source}: is a {kind} file, not an export itself; "
+                                  "decompress it first")
     if not data.endswith(b"\n"):
         # the file store forgives a torn last line (a recorder killed mid-write); an export
         # is written whole, so a missing newline means the copy was cut short
@@ -159,7 +166,7 @@ def import_run(store: Store, path: str | os.PathLike[str], *, replace: bool = Fa
     """
     source = Path(path)
     run, steps = read_export(source)
-    report = verify_chain(run, steps, store.hmac_key, accept_unkeyed=store.accept_unkeyed_runs)
+    report = store.verify_steps(run, steps)
     if verify and not report.ok:
         raise IntegrityError(f"{source}: run {run.run_id} fails verification, not imported "
                              f"(import it as is with verify=False):\n{report}", report=report)

@@ -98,24 +98,27 @@ def agentreplay(request: pytest.FixtureRequest) -> Iterator[Session]:
         recording.finish(request.node.stash.get(_PASSED, False))
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+# Old-style wrappers (`hookwrapper=True`): the plugin loads in every pytest of an environment
+# where agentreplay is installed, including pytest 7 with a pluggy that has no `wrapper=True`.
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, None]:
     # Checks after a passing test fail the test itself, not its teardown.
-    yield
+    outcome = yield
     recording = item.stash.get(_RECORDING, None)
-    if recording is not None:
+    if recording is not None and outcome.excinfo is None:
         problem = recording.problem_after_test()
         if problem:
-            pytest.fail(problem, pytrace=False)
+            outcome.force_exception(pytest.fail.Exception(problem, pytrace=False))
 
 
-@pytest.hookimpl(wrapper=True)
+@pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
-                              ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+                              ) -> Generator[None, Any, None]:
     if call.excinfo is not None and call.when == "call" and _RECORDING in item.stash \
             and not item.config.getoption("fulltrace", False):
         _hide_own_frames(call.excinfo)
-    report = yield
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()
     recording = item.stash.get(_RECORDING, None)
     if report.when == "call" and recording is not None:
         item.stash[_PASSED] = report.passed
@@ -124,7 +127,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
         if call.excinfo is not None and recording.session.player is not None \
                 and isinstance(call.excinfo.value, ReplayDivergence):
             report.sections.append(("agentreplay", recording.divergence_hint()))
-    return report
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:

@@ -18,6 +18,10 @@ import pytest
 from agentreplay_core import Store, open_store
 from tests.support.pgcluster import PgCluster, pgserver_bin_dir
 
+# One redaction key for the whole suite: without it, recording a secret would create a key file
+# in the user's config directory (and test processes must agree on placeholders anyway).
+os.environ.setdefault("AGENTREPLAY_REDACTION_KEY", "agentreplay-test-suite-redaction-key")
+
 
 def _bin_dir() -> Path:
     configured = os.environ.get("AGENTREPLAY_TEST_PGBIN")

@@ -13,14 +13,16 @@ from langchain_core.language_models import chat_models
 from langchain_core.load import load
 from langchain_core.messages import BaseMessage
 from langchain_core.tools import BaseTool
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 
-#: the langchain-core versions this adapter supports; the `langchain` extra says the same
-SUPPORTED_LANGCHAIN_CORE = ">=0.3,<2"
+#: the langchain-core versions this adapter supports (a PEP 440 specifier); the `langchain`
+#: extra says the same, and tests/test_supported_versions.py keeps the two equal
+SUPPORTED_LANGCHAIN_CORE = ">=0.3.81,!=1.0.*,!=1.1.*,!=1.2.0,!=1.2.1,!=1.2.2,!=1.2.3,!=1.2.4,<2"
 
 LANGCHAIN_CORE_VERSION = version("langchain-core")
-LANGCHAIN_CORE_MAJOR = int(LANGCHAIN_CORE_VERSION.split(".")[0])
-_MINOR = int(LANGCHAIN_CORE_VERSION.split(".")[1])
-if not (0, 3) <= (LANGCHAIN_CORE_MAJOR, _MINOR) < (2, 0):
+LANGCHAIN_CORE_MAJOR = Version(LANGCHAIN_CORE_VERSION).major
+if not SpecifierSet(SUPPORTED_LANGCHAIN_CORE).contains(LANGCHAIN_CORE_VERSION, prereleases=True):
     warnings.warn(
         f"agentreplay_langchain supports langchain-core {SUPPORTED_LANGCHAIN_CORE}; "
         f"{LANGCHAIN_CORE_VERSION} is installed, so recording or replay may be incomplete",

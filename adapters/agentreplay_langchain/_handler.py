@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -27,10 +26,6 @@ from agentreplay_langchain._tree import RunTreeTracker
 
 log = logging.getLogger("agentreplay")
 F = TypeVar("F", bound=Callable[..., None])
-
-#: invocation parameters never stored: some integrations put their credentials among them
-_SECRET_KEY = re.compile(r"api_?key|secret|password|credential|(access|auth|bearer)_?token",
-                         re.IGNORECASE)
 
 #: step names of model calls; the replay models use the same ones whatever the original class
 CHAT_MODEL = "chat_model"
@@ -114,8 +109,11 @@ class RecordingCallbackHandler(RunTreeTracker):
 
     def _model_info(self, serialized: dict[str, Any] | None, kwargs: dict[str, Any],
                     metadata: dict[str, Any] | None) -> dict[str, Any]:
-        params = {key: "<redacted>" if _SECRET_KEY.search(key) else value
-                  for key, value in (kwargs.get("invocation_params") or {}).items()
+        """The model's class, provider, name and call parameters. Of `serialized` (the model's
+        whole constructor payload, which can hold an API key in plaintext) only the class path
+        is kept; credentials among the parameters (some integrations list theirs there) are
+        replaced by the store's redaction, like any secret in a recorded value."""
+        params = {key: value for key, value in (kwargs.get("invocation_params") or {}).items()
                   if key != "tools"}  # the tools are in the request already
         meta = metadata or {}
         ident = (serialized or {}).get("id")

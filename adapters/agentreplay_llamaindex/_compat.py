@@ -2,24 +2,24 @@
 
 from __future__ import annotations
 
-import re
 import warnings
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
+
 #: the llama-index-core lines this adapter supports (the `llamaindex` extra says the same)
 SUPPORTED_VERSIONS = ">=0.12.0,<0.15"
-_FLOOR, _CEILING = (0, 12), (0, 15)
 _warned = False
 
 
 def is_supported(text: str) -> bool:
     """Whether a llama-index-core version string lies in `SUPPORTED_VERSIONS`."""
-    found = re.match(r"(\d+)\.(\d+)", text)
-    if found is None:
+    try:
+        return SpecifierSet(SUPPORTED_VERSIONS).contains(Version(text), prereleases=True)
+    except InvalidVersion:
         return False
-    line = (int(found.group(1)), int(found.group(2)))
-    return _FLOOR <= line < _CEILING
 
 
 def warn_if_unsupported() -> None:

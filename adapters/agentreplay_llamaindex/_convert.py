@@ -14,7 +14,8 @@ from llama_index.core.schema import NodeWithScore
 from llama_index.core.storage.docstore.utils import doc_to_json, json_to_doc
 from llama_index.core.tools import ToolOutput, ToolSelection
 
-from agentreplay_core import SerializationError, encode, match_key, strip_volatile
+from agentreplay_core import Redactor, SerializationError, encode, match_key, strip_volatile
+from agentreplay_core._keys import match_key_of_encoded
 from agentreplay_llamaindex._compat import is_workflow_context
 
 #: the LLM metadata a replay needs: it decides chat vs completion, how many calls a RAG
@@ -123,12 +124,21 @@ def llm_request(mode: str, payload: Any, kwargs: Mapping[str, Any],
     return request
 
 
-def llm_match_key(name: str, request: Mapping[str, Any]) -> str:
-    """The key an LLM call is matched on: mode, messages or prompt, and tool names."""
+def llm_match_key(name: str, request: Mapping[str, Any],
+                  redactor: Redactor | None = None) -> str:
+    """The key an LLM call is matched on: mode, messages or prompt, and tool names.
+
+    With the store's `redactor` (recorder's or player's), secrets are replaced before hashing,
+    as in what is stored: a call holding a secret, and the same call made in replay with the
+    placeholders replay handed back for it, get the same key.
+    """
     subset = {k: request[k] for k in _LLM_KEY_FIELDS if k in request}
     if isinstance(subset.get("messages"), list):
         subset["messages"] = normalise_tool_results(subset["messages"])
-    return match_key("llm", name, strip_volatile(subset))
+    if redactor is None:
+        return match_key("llm", name, strip_volatile(subset))
+    redacted, _ = redactor.redact_encoded(encode(strip_volatile(subset), path="request"))
+    return match_key_of_encoded("llm", name, redacted)
 
 
 def chat_response_for_storage(response: ChatResponse) -> ChatResponse:

@@ -200,7 +200,7 @@ def write_call(recorder: Recorder, call: LlmCall, *, response: Any, abandoned: b
     if call.stream:
         output.update(stream=True, chunks=call.chunks, abandoned=abandoned, error=error)
     recorder.record("llm", call.name, call.request, output, path=call.path,
-                    match_key=llm_match_key(call.name, call.request),
+                    match_key=llm_match_key(call.name, call.request, recorder.redactor),
                     started_at=call.started, duration_ms=_ms(call))
     return output
 
@@ -209,5 +209,5 @@ def write_error(recorder: Recorder, call: LlmCall, err: BaseException) -> None:
     """Record a call that raised before answering (not a stream that failed midway)."""
     error = {**error_to_record(err), "request_kwargs": call.kwargs}
     recorder.record("llm", call.name, call.request, error, is_error=True, path=call.path,
-                    match_key=llm_match_key(call.name, call.request),
+                    match_key=llm_match_key(call.name, call.request, recorder.redactor),
                     started_at=call.started, duration_ms=_ms(call))

@@ -86,7 +86,7 @@ class ReplayLLM(FunctionCallingLLM):
     def _request(self, mode: str, payload: Any, kwargs: dict[str, Any]
                  ) -> tuple[dict[str, Any], str]:
         request = llm_request(mode, payload, kwargs, self._meta)
-        return request, llm_match_key(self.recorded_name, request)
+        return request, llm_match_key(self.recorded_name, request, self._player.redactor)
 
     def _take(self, mode: str, payload: Any, kwargs: dict[str, Any]
               ) -> dict[str, Any] | Recorder:

@@ -41,15 +41,23 @@ FORMAT_NAME = "agentreplay-jsonl"
 M = TypeVar("M", bound=BaseModel)
 
 
-def step_line(step: PendingStep) -> bytes:
-    """One step as a JSONL line; input/output are spliced in as their canonical JSON."""
+def step_parts(step: PendingStep) -> tuple[bytes, ...]:
+    """One step's JSONL line in pieces; input/output are spliced in as their canonical JSON.
+
+    Joined once by the caller: concatenating them here would copy a big output twice.
+    """
     head = orjson.dumps({
         "t": "step", "run_id": str(step.run_id), "step": step.step, "kind": step.kind,
         "name": step.name, "match_key": step.match_key, "path": step.path,
         "is_error": step.is_error, "started_at": step.started_at.isoformat(),
         "duration_ms": step.duration_ms, "checksum": step.checksum,
     })
-    return head[:-1] + b',"input":' + step.input_json + b',"output":' + step.output_json + b"}\n"
+    return head[:-1], b',"input":', step.input_json, b',"output":', step.output_json, b"}\n"
+
+
+def step_line(step: PendingStep) -> bytes:
+    """One step as a JSONL line."""
+    return b"".join(step_parts(step))
 
 
 def pending_from_step(step: Step) -> PendingStep:
@@ -90,23 +98,32 @@ def _validated(model: type[M], data: Any, path: Path, number: int) -> M:
 def parse_run(data: bytes, path: Path, *, with_steps: bool = True) -> tuple[Run, list[Step]]:
     """Parse the content of one run file, with clear errors for malformed or newer files.
 
-    `with_steps=False` reads the run row only (step lines are not validated then).
+    `with_steps=False` reads the run row only (step lines are not validated then). Every
+    error is a `StoreError` naming the file and, for a bad line, its number.
     """
     run: Run | None = None
     steps: list[Step] = []
+    number, kind = 0, None
     try:
         for number, record in jsonl.records(data, path):
             if not isinstance(record, dict) or "t" not in record:
                 raise StoreError(f"{path}: line {number} is not an agentreplay record")
             kind = record["t"]
             if kind == "run":
+                if run is not None:  # e.g. two exports concatenated: never one run
+                    raise StoreError(f"{path}: line {number}: a second run header (run "
+                                     f"{run.run_id} started earlier); a file holds one run")
                 version = record.get("format_version")
-                if record.get("format") != FORMAT_NAME or not isinstance(version, int):
-                    raise StoreError(f"{path}: not an agentreplay run file")
+                if record.get("format") != FORMAT_NAME or type(version) is not int:
+                    raise StoreError(f"{path}: line {number}: not an agentreplay run file")
                 if version > FORMAT_VERSION:
                     raise StoreError(f"{path}: written by a newer agentreplay (format "
                                      f"{version} > {FORMAT_VERSION}); upgrade agentreplay")
                 run = _validated(Run, record["run"], path, number)
+                if run.format_version > FORMAT_VERSION:
+                    raise StoreError(f"{path}: run {run.run_id} was recorded by a newer "
+                                     f"agentreplay (run format {run.format_version} > "
+                                     f"{FORMAT_VERSION}); upgrade agentreplay")
             elif run is None:
                 raise StoreError(f"{path}: no run header line before line {number}; "
                                  "is this an agentreplay export?")
@@ -127,8 +144,12 @@ def parse_run(data: bytes, path: Path, *, with_steps: bool = True) -> tuple[Run,
                 raise StoreError(f"{path}: line {number}: unexpected record {kind!r}")
     except StoreError:
         raise
-    except (KeyError, ValueError, TypeError) as exc:
-        raise StoreError(f"{path}: malformed run file ({exc})") from None
+    except KeyError as exc:
+        raise StoreError(f"{path}: malformed run file: line {number}: the {kind!r} record "
+                         f"lacks {exc}") from None
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise StoreError(f"{path}: malformed run file: line {number}: {kind!r} record: "
+                         f"{exc}") from None
     if run is None:
         raise StoreError(f"{path}: no run header line; is this an agentreplay export?")
     steps.sort(key=lambda s: s.step)
@@ -194,7 +215,7 @@ class FileBackend(StoreBackend):
                     have = _step_numbers(jsonl.read_all(fd), path)
                     rows = [r for r in rows if r.step not in have]
                 if rows:
-                    jsonl.append(fd, b"".join(step_line(r) for r in rows), path)
+                    jsonl.append(fd, b"".join([p for r in rows for p in step_parts(r)]), path)
 
     def finish_run(self, finish: RunFinish) -> None:
         with self._locked(finish.run_id) as fd:

@@ -10,10 +10,12 @@ when the file is repaired.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import logging
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,6 +28,8 @@ from agentreplay_core._errors import StoreError
 log = logging.getLogger("agentreplay")
 
 _CHUNK = 1 << 16
+#: what `bytes.strip()` removes: a line of only these is skipped
+_BLANK = re.compile(rb"[ \t\n\r\x0b\x0c]*")
 
 
 @contextmanager
@@ -77,10 +81,20 @@ def write_all(fd: int, data: bytes) -> None:
 
 
 def append(fd: int, data: bytes, source: Path) -> None:
-    """Append whole lines under the lock held on `fd`: repair a torn tail, write, fsync."""
+    """Append whole lines under the lock held on `fd`: repair a torn tail, write, fsync.
+
+    A write that fails (disk full) is undone where possible, so lines the caller was told
+    are not stored never turn up later (`repair_tail` would keep a whole record).
+    """
     repair_tail(fd, source)
-    write_all(fd, data)
-    os.fsync(fd)
+    size = os.fstat(fd).st_size
+    try:
+        write_all(fd, data)
+        os.fsync(fd)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, size)
+        raise
 
 
 def append_to(path: Path, data: bytes, *, create: bool, mode: int = 0o644) -> None:
@@ -117,14 +131,22 @@ def records(data: bytes, source: Path) -> Iterator[tuple[int, Any]]:
 
     Raises `StoreError` naming the file and line for any other line that is not JSON.
     """
-    lines = data.split(b"\n")
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
+    # Lines are parsed in place (memoryview slices): splitting would copy the whole file,
+    # which for a run holding a 50 MB tool result is 50 MB more at once.
+    view = memoryview(data)
+    start, number = 0, 0
+    while start < len(data):
+        end = data.find(b"\n", start)
+        last = end < 0  # no newline after it: a writer still at it, or killed
+        end = len(data) if last else end
+        number += 1
+        line, start = view[start:end], end + 1
+        if _BLANK.fullmatch(data, end - len(line), end):
             continue
         try:
             yield number, orjson.loads(line)
         except orjson.JSONDecodeError as exc:
-            if number == len(lines):  # no newline after it: a writer still at it, or killed
+            if last:
                 return
             raise StoreError(f"{source}: line {number} is not valid JSON ({exc}); the file "
                              "was changed by hand or damaged: repair or move it") from None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,16 @@ from agentreplay_core._store import Store
 
 DSN_ENV = "AGENTREPLAY_DSN"
 SCHEMA_ENV = "AGENTREPLAY_SCHEMA"
+_SCHEME_RE = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
+#: libpq keywords a key=value connection string usually starts with
+_CONNINFO_RE = re.compile(
+    r"\s*(host|hostaddr|port|dbname|user|password|passfile|service|sslmode|"
+    r"connect_timeout|application_name|options|target_session_attrs)\s*=")
+
+
+def _is_conninfo(text: str) -> bool:
+    """Whether `text` is a libpq key=value string (`host=db user=me`), not a path."""
+    return "=" in text and ("dbname" in text or _CONNINFO_RE.match(text) is not None)
 
 
 def open_store(url: str | os.PathLike[str] | None = None, **options: Any) -> Store:
@@ -24,11 +35,13 @@ def open_store(url: str | os.PathLike[str] | None = None, **options: Any) -> Sto
       (`agentreplay[embedded]`), started in a per-user data directory.
 
     Other keyword options go to `Store` (`hmac_key`, `spool_dir`, `max_queue`,
-    `accept_unkeyed_runs`) or, for PostgreSQL, to the backend (`schema`, `max_size`,
-    `migrate`, `write_statement_timeout`, `lock_timeout`).
+    `accept_unkeyed_runs`, `redaction`: a `Redactor`, or None to store secrets as they are)
+    or, for PostgreSQL, to the backend (`schema`, `max_size`, `migrate`,
+    `write_statement_timeout`, `lock_timeout`).
     """
     store_options = {k: options.pop(k) for k in ("hmac_key", "spool_dir", "max_queue",
-                                                  "accept_unkeyed_runs") if k in options}
+                                                  "accept_unkeyed_runs", "redaction")
+                     if k in options}
     if url is None:
         url = os.environ.get(DSN_ENV) or None
     if url is None:
@@ -36,8 +49,14 @@ def open_store(url: str | os.PathLike[str] | None = None, **options: Any) -> Sto
 
         url = embedded_dsn()
     text = os.fspath(url)
+    scheme = _SCHEME_RE.match(text)
+    if scheme and scheme.group(1) not in ("postgresql", "postgres", "file"):
+        # a typo (postgressql://) must not quietly become a directory of that name
+        raise StoreError(
+            f"unknown run store URL scheme {scheme.group(1)!r}: use postgresql://..., "
+            "file:PATH (or a plain path) or memory:")
     if text.startswith(("postgresql://", "postgres://")) or (
-        "=" in text and not text.startswith(("file:", "memory:")) and "dbname" in text
+        not text.startswith(("file:", "memory:")) and _is_conninfo(text)
     ):
         try:
             from agentreplay_core.stores._postgres import PostgresBackend

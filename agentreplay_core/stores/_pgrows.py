@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from typing import Any, Literal
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from agentreplay_core import _codec
 from agentreplay_core._errors import StoreError
@@ -54,11 +55,20 @@ def vector_text(vector: Sequence[float]) -> str | None:
     return "[" + ",".join(map(repr, values)) + "]"
 
 
+def _as_is(data: bytes) -> bytes:
+    return data
+
+
 def step_values(s: PendingStep) -> tuple[Any, ...]:
-    """A step's column values, in `STEP_COLUMNS` order."""
+    """A step's column values, in `STEP_COLUMNS` order.
+
+    Input and output go out as the canonical JSON bytes they already are: decoding them to
+    `str` first would cost a copy of each (four times its size for text beyond Latin-1) that
+    psycopg would only encode back to UTF-8.
+    """
     return (
         s.run_id, s.step, s.kind, s.name, s.match_key, s.path,
-        s.input_json.decode(), s.output_json.decode(), s.is_error,
+        Jsonb(s.input_json, dumps=_as_is), Jsonb(s.output_json, dumps=_as_is), s.is_error,
         s.started_at, s.duration_ms, s.checksum,
     )  # fmt: skip
 

@@ -14,6 +14,7 @@ own transaction. Usage::
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 import time
@@ -26,6 +27,7 @@ from typing import Any
 from uuid import UUID
 
 import psycopg
+from psycopg import sql
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from agentreplay_core import _codec
@@ -33,7 +35,12 @@ from agentreplay_core._errors import RunNotFound, StoreError
 from agentreplay_core._model import EmbeddingMatch, Run, RunStatus, Step
 from agentreplay_core.stores import _sql
 from agentreplay_core.stores._backend import EmbeddingRow, PendingStep, RunFinish, StoreBackend
-from agentreplay_core.stores._migrate import apply_migrations, extension_schema, read_status
+from agentreplay_core.stores._migrate import (
+    apply_migrations,
+    extension_schema,
+    load_migrations,
+    read_status,
+)
 from agentreplay_core.stores._pgconn import (
     Conn,
     DatabaseTimeout,
@@ -57,6 +64,8 @@ from agentreplay_core.stores._pgrows import (
 
 __all__ = ["DatabaseTimeout", "DatabaseUnavailable", "PostgresBackend", "vector_text"]
 
+log = logging.getLogger("agentreplay")
+
 _HEX_RE = re.compile(r"^[0-9a-f]{0,32}$")
 
 
@@ -73,7 +82,9 @@ class PostgresBackend(StoreBackend):
         dsn: a libpq connection string or `postgresql://` URL.
         schema: the schema holding the tables (created if missing).
         min_size, max_size: connection pool bounds.
-        migrate: apply pending migrations at open (else fail if the schema is behind).
+        migrate: apply pending migrations at open (else fail if the schema is behind). A role
+            that may not change the schema (a read-only role, SECURITY.md) uses it as it is,
+            unless a migration the store needs is missing.
         connect_timeout: seconds to wait for a connection before raising `DatabaseUnavailable`.
         write_statement_timeout: seconds a statement may run before the server cancels it
             (`DatabaseTimeout`); 0 = no limit. Bounds the recorder's writes; long reads
@@ -111,6 +122,7 @@ class PostgresBackend(StoreBackend):
             try:
                 self._prepare_schema(conn, migrate)
                 self._vector_schema = self._find_vector_schema(conn)
+                self._write_refusal = self._find_write_refusal(conn)
             except psycopg.Error as exc:
                 raise StoreError(
                     f"cannot prepare schema {schema!r} on {self.description}: "
@@ -157,16 +169,57 @@ class PostgresBackend(StoreBackend):
             ConnectionPool.check_connection(conn)
 
     def _prepare_schema(self, conn: Conn, migrate: bool) -> None:
+        denied = ""
         if migrate:
-            apply_migrations(conn, self.schema)
-            return
-        behind = [s for s in read_status(conn, self.schema) if s.state == "pending"]
+            try:
+                apply_migrations(conn, self.schema)
+                return
+            except psycopg.errors.InsufficientPrivilege as exc:
+                # A role that may read the schema but not change it (the read-only role of
+                # SECURITY.md) uses it as it is; a migration that needs an extension only
+                # adds similarity search, which it can do without.
+                denied = explain_failure(exc, self._dsn)
+        optional = {m.version for m in load_migrations() if m.requires} if denied else set()
+        behind = [s for s in read_status(conn, self.schema)
+                  if s.state == "pending" and s.version not in optional]
         if behind:
             names = ", ".join(f"{s.version:04d}_{s.name}" for s in behind)
+            fix = (f"this role may not apply them ({denied}): run `agentreplay db migrate` as "
+                   "the schema's owner" if denied else
+                   "run `agentreplay db migrate` or open the store with migrate=True")
             raise StoreError(
-                f"schema {self.schema!r} on {self.description} lacks migrations {names}; "
-                f"run `agentreplay db migrate` or open the store with migrate=True"
+                f"schema {self.schema!r} on {self.description} lacks migrations {names}; {fix}"
             )
+        if denied:
+            log.debug("agentreplay: this role may not migrate schema %r on %s (%s); using it "
+                      "as it is", self.schema, self.description, denied)
+
+    def _find_write_refusal(self, conn: Conn) -> str:
+        """Why this role cannot record here ("" when it can): the privileges recording needs,
+        checked once at open so that `store.record` can refuse at once (`check_writable`)."""
+        needed = [("runs", "INSERT"), ("runs", "UPDATE"), ("run_log", "INSERT")]
+        if self._vector_schema is not None:
+            needed.append(("embeddings", "INSERT"))
+        tables = [sql.Identifier(self.schema, t).as_string(conn) for t, _ in needed]
+        row = conn.execute(_sql.missing_privileges(), (tables, [p for _, p in needed])).fetchone()
+        if not row or not row[1]:
+            return ""
+        return (
+            f"cannot record into schema {self.schema!r} on {self.description}: role "
+            f"{row[0]!r} may read runs but not write them (it lacks {', '.join(row[1])}). "
+            "Record with a role that may write (see SECURITY.md); this one can list, show, "
+            "verify, export and replay runs"
+        )
+
+    @property
+    def read_only(self) -> bool:
+        """Whether this store's role lacks the privileges recording needs (as of open)."""
+        return bool(self._write_refusal)
+
+    def check_writable(self) -> None:
+        """Raise `StoreError` if this store's role may not record (see `read_only`)."""
+        if self._write_refusal:
+            raise StoreError(self._write_refusal)
 
     def _find_vector_schema(self, conn: Conn) -> str | None:
         row = conn.execute(_sql.table_exists(), (self.schema, "embeddings")).fetchone()
@@ -213,6 +266,10 @@ class PostgresBackend(StoreBackend):
         except (psycopg.errors.LockNotAvailable, psycopg.errors.QueryCanceled) as exc:
             raise self.limits.error(exc, f"cannot {action} on {self.description}") from exc
         except psycopg.OperationalError as exc:
+            if (exc.sqlstate or "").startswith("54"):  # a limit the data exceeds, e.g. an
+                # index row too large: not an outage, so never retried or spooled
+                raise StoreError(f"cannot {action} on {self.description}: "
+                                 f"{explain_failure(exc, self._dsn)}") from exc
             raise DatabaseUnavailable(
                 f"cannot {action} on {self.description}: {explain_failure(exc, self._dsn)}"
             ) from exc
@@ -243,8 +300,9 @@ class PostgresBackend(StoreBackend):
             conn.commit()
 
     def is_permanent(self, error: BaseException) -> bool:
-        """The server refused the data itself (SQLSTATE class 22, or 23 but for a duplicate
-        key, which an idempotent retry resolves): retrying or spooling would fail again."""
+        """The server refused the data itself (SQLSTATE class 22 or 54, or 23 but for a
+        duplicate key, which an idempotent retry resolves): retrying or spooling would fail
+        again."""
         cause: BaseException | None = error
         while cause is not None:
             if isinstance(cause, (DatabaseTimeout, DatabaseUnavailable)):
@@ -252,7 +310,7 @@ class PostgresBackend(StoreBackend):
             if isinstance(cause, RunNotFound):  # a seal or steps for a run never stored
                 return True
             if isinstance(cause, psycopg.Error) and cause.sqlstate:
-                return cause.sqlstate[:2] == "22" or (
+                return cause.sqlstate[:2] in ("22", "54") or (
                     cause.sqlstate[:2] == "23" and cause.sqlstate != "23505")
             if isinstance(cause, (psycopg.DataError, psycopg.ProgrammingError)):
                 return True  # refused by the driver before it reached the server

@@ -14,9 +14,12 @@ from typing import Any
 import orjson
 from psycopg import sql
 
+from agentreplay_core._errors import StoreError
+
 __all__ = [
     "RUN_COLUMNS",
     "STEP_COLUMNS",
+    "InvalidSchemaName",
     "advisory_xact_lock",
     "applied_migrations",
     "begin_without_statement_timeout",
@@ -38,6 +41,7 @@ __all__ = [
     "load_steps",
     "merge_staged_steps",
     "merge_staged_vectors",
+    "missing_privileges",
     "record_migration",
     "run_ids_between",
     "search_embeddings",
@@ -47,7 +51,7 @@ __all__ = [
     "vector_type",
 ]
 
-_SCHEMA_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+_SCHEMA_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}\Z")
 
 #: columns of `runs` in the order `select_run` / `list_runs` return them
 RUN_COLUMNS = (
@@ -66,10 +70,21 @@ _STAGE_STEPS = sql.Identifier("agentreplay_stage_run_log")
 _STAGE_VECTORS = sql.Identifier("agentreplay_stage_embeddings")
 
 
+class InvalidSchemaName(StoreError, ValueError):
+    """A schema name the store refuses (a `StoreError`, and a `ValueError` as before)."""
+
+
 def check_schema_name(schema: str) -> str:
-    """Return `schema` if it is a valid store schema name, else raise a ValueError saying why."""
+    """Return `schema` if it is a valid store schema name, else raise `InvalidSchemaName`.
+
+    Names are quoted as identifiers anyway; the rule keeps them plain, so a name never needs
+    quoting in psql and is never cut to PostgreSQL's 63 bytes into another schema's name.
+    """
+    if isinstance(schema, str) and schema.startswith("pg_"):
+        raise InvalidSchemaName(f"invalid schema name {schema!r}: PostgreSQL reserves names "
+                                "starting with 'pg_' for its system schemas")
     if not isinstance(schema, str) or not _SCHEMA_RE.match(schema):
-        raise ValueError(
+        raise InvalidSchemaName(
             f"invalid schema name {schema!r}: use 1 to 63 ASCII letters, digits and '_', "
             "not starting with a digit (for example 'agentreplay' or 'agentreplay_ci')"
         )
@@ -339,4 +354,14 @@ def search_embeddings(schema: str, vector_schema: str) -> sql.Composed:
         vector_type(vector_schema),
         _table(schema, "embeddings"),
         _table(schema, "run_log"),
+    )
+
+
+def missing_privileges() -> sql.SQL:
+    """Parameters: qualified table names, privileges. Returns the current role and the
+    `PRIVILEGE on table` pairs it lacks (NULL when none)."""
+    return sql.SQL(
+        "SELECT current_user, array_agg(p || ' on ' || t ORDER BY t, p) "
+        "FILTER (WHERE NOT has_any_column_privilege(t, p)) "
+        "FROM unnest(%s::text[], %s::text[]) AS x(t, p)"
     )

@@ -18,8 +18,10 @@ def python_blocks(markdown: str) -> list[str]:
 def test_readme_python_examples_run() -> None:
     blocks = python_blocks((ROOT / "README.md").read_text())
     assert blocks
+    # read top to bottom, like a notebook: a block may use names of the blocks before it
+    namespace: dict[str, object] = {"__name__": "readme_example"}
     for block in blocks:
-        exec(compile(block, "README.md", "exec"), {"__name__": "readme_example"})
+        exec(compile(block, "README.md", "exec"), namespace)
 
 
 def test_package_docstring_example_runs() -> None:

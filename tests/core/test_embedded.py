@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -14,6 +15,9 @@ from agentreplay_core.stores._postgres import PostgresBackend
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("pgserver") is None,
+                    reason="pgserver has no wheel for this Python; "
+                           "test_missing_pgserver_names_the_extra covers its absence")
 def test_embedded_server_starts_in_the_configured_dir_and_is_reused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

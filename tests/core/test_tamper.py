@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable
 from uuid import UUID
 
@@ -200,3 +202,59 @@ def test_unsealing_a_finished_run_is_detected(pg_dsn: str, pg_schema: str) -> No
         _sql(pg_dsn, pg_schema, "UPDATE {s}.runs SET head_checksum = NULL WHERE run_id = %s",
              run)
         assert [p.code for p in store.verify(run).problems] == ["seal_missing"]
+
+
+def _forge_by_unkeyed_store(dsn: str, schema: str, genuine: UUID) -> UUID:
+    with open_store(dsn, schema=schema, hmac_key=None) as forger:
+        return _record(forger, name="victim")
+
+
+def _forge_unkeyed_labelled_keyed(dsn: str, schema: str, genuine: UUID) -> UUID:
+    run = _forge_by_unkeyed_store(dsn, schema, genuine)
+    _sql(dsn, schema, "UPDATE {s}.runs SET chain = 'hmac-sha256' WHERE run_id = %s", run)
+    return run
+
+
+def _forge_with_guessed_key(dsn: str, schema: str, genuine: UUID) -> UUID:
+    with open_store(dsn, schema=schema, hmac_key=b"guessed") as forger:
+        return _record(forger, name="victim")
+
+
+def _forge_copy_of_keyed_run(dsn: str, schema: str, genuine: UUID) -> UUID:
+    # a replayed copy of a genuine run under a new id: the run id is inside every checksum
+    copy = UUID("00000000-0000-4000-8000-00000000c0de")
+    _sql(dsn, schema, "INSERT INTO {s}.runs SELECT %s, name, status, started_at, finished_at, "
+         "parent_run_id, fork_step, metadata, step_count, head_checksum, format_version, chain "
+         "FROM {s}.runs WHERE run_id = %s", copy, genuine)
+    _sql(dsn, schema, "INSERT INTO {s}.run_log SELECT %s, step, kind, name, match_key, path, "
+         "input, output, is_error, started_at, duration_ms, checksum FROM {s}.run_log "
+         "WHERE run_id = %s", copy, genuine)
+    return copy
+
+
+FORGERIES: dict[str, Callable[[str, str, UUID], UUID]] = {
+    "recorded by a store without the key": _forge_by_unkeyed_store,
+    "recorded without the key, labelled keyed": _forge_unkeyed_labelled_keyed,
+    "recorded with a guessed key": _forge_with_guessed_key,
+    "a keyed run copied under a new run id": _forge_copy_of_keyed_run,
+}
+
+
+@pytest.mark.parametrize("forgery", sorted(FORGERIES))
+def test_a_writer_without_the_key_cannot_make_a_run_that_verifies(
+    pg_dsn: str, pg_schema: str, forgery: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with open_store(pg_dsn, schema=pg_schema, hmac_key=b"the-key") as keyed:
+        genuine = _record(keyed)
+        forged = FORGERIES[forgery](pg_dsn, pg_schema, genuine)
+        assert keyed.verify(genuine).ok
+        report = keyed.verify(forged)
+        assert not report.ok, forgery
+        with pytest.raises(IntegrityError, match="failed verification"), keyed.replay(forged):
+            pass
+    # and the command line, given the key the way users give it, says so too
+    monkeypatch.setenv("AGENTREPLAY_HMAC_KEY", "the-key")
+    cli = [sys.executable, "-m", "agentreplay_core", "verify", "--dsn", pg_dsn, "--schema",
+           pg_schema]
+    assert subprocess.run([*cli, str(genuine)], capture_output=True).returncode == 0
+    assert subprocess.run([*cli, str(forged)], capture_output=True).returncode == 1

@@ -79,5 +79,5 @@ def test_demo_without_langchain_core_says_what_to_install() -> None:
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 2 and lines[0].startswith("error: ") and "langchain-core" in lines[0]
-    assert lines[1] == 'hint: pip install "agentreplay[embedded,langchain]"'
+    assert lines[1] == 'hint: pip install "agentreplay[demo]"'
     assert result.stdout == ""

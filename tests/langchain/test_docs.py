@@ -23,10 +23,3 @@ def test_docs_page_python_examples_run() -> None:
     namespace: dict[str, object] = {}  # later examples build on earlier ones, as in the page
     for block in blocks:
         exec(compile(block, "docs/langchain.md", "exec"), namespace)
-
-
-def test_supported_range_matches_the_extra() -> None:
-    pyproject = (ROOT / "pyproject.toml").read_text()
-    extra = re.search(r'^langchain = \["langchain-core([^"]+)"\]', pyproject, flags=re.M)
-    assert extra is not None
-    assert extra.group(1).replace(".0", "") == agentreplay_langchain.SUPPORTED_LANGCHAIN_CORE

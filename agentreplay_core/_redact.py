@@ -1,0 +1,316 @@
+"""Secret redaction: secrets become stable placeholders before anything is stored.
+
+The recorder passes every step's encoded input and output through the store's `Redactor`
+(and `store.record` the run's name and metadata), so what reaches PostgreSQL, the spool, the
+JSONL files and exports never holds a secret, and the hash chain is computed over what is
+stored. The player redacts each replayed request the same way before matching it, so a prompt
+that contains an API key still matches its recording.
+
+A secret becomes `<secret:RULE:H>`, `H` the first 12 hex digits of HMAC-SHA-256 of the secret
+under the redaction key (see `_redact_key`): the same secret gives the same placeholder, so
+match keys and diffs still work, but the placeholder reveals nothing without the key.
+
+Example:
+    >>> redactor = Redactor(key=b"k", fields=["x-acme-token"])
+    >>> redacted = redactor.redact({"x-acme-token": "hunter2", "q": "weather in Paris"})
+    >>> redacted["x-acme-token"] == redactor.placeholder("hunter2", "custom_field")
+    True
+    >>> redacted["q"]
+    'weather in Paris'
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import re
+import threading
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from agentreplay_core._codec import decode, encode
+from agentreplay_core._codec_base import Json
+from agentreplay_core._redact_key import resolve_key
+from agentreplay_core._redact_rules import DEFAULT_RULES, PLACEHOLDER, RedactionRule, field_rule
+from agentreplay_core._redact_scan import Scanner
+from agentreplay_core._redact_walk import TreeTransform, collect_texts
+
+__all__ = ["FIELDS_ENV", "PATTERNS_ENV", "RedactionRule", "Redactor"]
+
+FIELDS_ENV = "AGENTREPLAY_REDACT_FIELDS"
+PATTERNS_ENV = "AGENTREPLAY_REDACT_PATTERNS"
+_DOMAIN = b"agentreplay/redact/v1\x00"
+_MATCH_KEY_DOMAIN = b"agentreplay/redact/match-key/v1\x00"
+#: texts remembered as scanned (by content) before the memo is emptied; agents resend their
+#: whole history with every model call, so most texts were seen one call earlier
+_MEMO_CHARS = 16_000_000
+_MEMO_LONGEST = 2_000_000
+_FIELD_MEMO = 20_000
+
+
+class _RedactWalk(TreeTransform):
+    """One redaction of one tree, with the rules its text may match."""
+
+    def __init__(self, redactor: Redactor, scanner: Scanner) -> None:
+        self._redactor = redactor
+        self._scanner = scanner
+
+    def secret_field(self, key: str) -> str | None:
+        return self._redactor.secret_field(key)
+
+    def text(self, s: str) -> str:
+        return self._redactor._text(s, self._scanner)
+
+    def secret_text(self, s: str, rule: str) -> str:
+        return self._redactor._secret_value(s, rule)
+
+
+class Redactor:
+    """Finds secrets by shape and by field name and replaces them with keyed placeholders.
+
+    Args:
+        fields: more dict keys whose values are secrets (exact names, any case), e.g.
+            ``["x-acme-token"]``; placeholders say ``custom_field``.
+        patterns: more regexes for secrets inside strings (a group named ``secret`` limits
+            what is replaced); placeholders say ``custom``.
+        rules: more `RedactionRule` objects (your own placeholder names, needles).
+        defaults: keep the default rules (API keys of OpenAI, Anthropic, AWS, Google, GitHub,
+            Slack, Stripe and Hugging Face, JWTs, bearer tokens, PEM private keys, passwords in
+            URLs, ``password=...``-style assignments, and fields named like ``api_key``,
+            ``password``, ``secret``, ``authorization``, ``cookie``, ``access_token``).
+        key: the redaction key; default ``AGENTREPLAY_REDACTION_KEY``, else the store's HMAC
+            key, else a key created once per user in the user config directory.
+        key_file: where that per-user key lives (default: platformdirs' user config dir).
+    """
+
+    def __init__(
+        self,
+        *,
+        fields: Iterable[str] = (),
+        patterns: Iterable[str | re.Pattern[str]] = (),
+        rules: Iterable[RedactionRule] = (),
+        defaults: bool = True,
+        key: bytes | str | None = None,
+        key_file: str | os.PathLike[str] | None = None,
+    ) -> None:
+        chosen = list(DEFAULT_RULES) if defaults else []
+        names = [f for f in fields if f]
+        if names:
+            chosen.append(field_rule("custom_field", names))
+        chosen.extend(RedactionRule("custom", pattern=p) for p in patterns)
+        chosen.extend(rules)
+        self.rules: tuple[RedactionRule, ...] = tuple(chosen)
+        self._fields = [r for r in self.rules if r.is_field_rule]
+        self._scanner = Scanner([r for r in self.rules if not r.is_field_rule])
+        self._explicit_key = key.encode() if isinstance(key, str) else key
+        self._fallback_key: bytes | None = None
+        self._key_file = Path(key_file) if key_file is not None else None
+        self._key: bytes | None = None
+        self._lock = threading.Lock()
+        self._reset_memo()
+
+    def _reset_memo(self) -> None:
+        self._clean: set[str] = set()
+        self._dirty: dict[str, str] = {}
+        self._memo_chars = 0
+        self._field_memo: dict[str, str | None] = {}
+        self._key_memo: dict[str, bool] = {}
+        self._digests: dict[str, str] = {}
+
+    @classmethod
+    def from_env(cls, **options: Any) -> Redactor:
+        """The default rules plus `AGENTREPLAY_REDACT_FIELDS` (comma-separated field names)
+        and `AGENTREPLAY_REDACT_PATTERNS` (one regex, or a JSON list of regexes).
+
+        Raises:
+            ValueError: a pattern in the environment is not a valid regex.
+        """
+        fields = [f.strip() for f in os.environ.get(FIELDS_ENV, "").split(",") if f.strip()]
+        raw = os.environ.get(PATTERNS_ENV, "").strip()
+        patterns: list[str] = []
+        if raw.startswith("["):
+            try:
+                loaded = json.loads(raw)
+            except ValueError as exc:
+                raise ValueError(f"{PATTERNS_ENV} starts with '[' but is not a JSON list of "
+                                 f"regexes: {exc}") from None
+            if not isinstance(loaded, list) or not all(isinstance(p, str) for p in loaded):
+                raise ValueError(f"{PATTERNS_ENV} must be one regex or a JSON list of strings")
+            patterns = loaded
+        elif raw:
+            patterns = [raw]
+        try:
+            return cls(fields=[*fields, *options.pop("fields", ())],
+                       patterns=[*patterns, *options.pop("patterns", ())], **options)
+        except ValueError as exc:
+            raise ValueError(f"{exc} (from {PATTERNS_ENV})") from None
+
+    def bound_to_store(self, hmac_key: bytes | None) -> Redactor:
+        """A redactor with these rules that falls back to the store's HMAC key (internal)."""
+        bound = Redactor.__new__(Redactor)
+        bound.__dict__.update(self.__dict__)
+        bound._fallback_key = hmac_key
+        bound._key = None
+        bound._lock = threading.Lock()
+        bound._reset_memo()
+        return bound
+
+    def __repr__(self) -> str:
+        return f"<Redactor {len(self.rules)} rules: {', '.join(r.name for r in self.rules)}>"
+
+    # -- the key and placeholders ---------------------------------------------------------------
+
+    @property
+    def key(self) -> bytes:
+        """The redaction key (resolved, and a per-user key file created, on first use)."""
+        if self._key is None:
+            with self._lock:
+                if self._key is None:
+                    self._key = resolve_key(self._explicit_key, self._fallback_key,
+                                            self._key_file)
+        return self._key
+
+    def _digest(self, secret: str) -> str:
+        digest = self._digests.get(secret)
+        if digest is None:
+            mac = hmac.new(self.key, _DOMAIN + secret.encode("utf-8", "surrogatepass"),
+                           hashlib.sha256)
+            digest = mac.hexdigest()[:12]
+            if len(self._digests) > _FIELD_MEMO:
+                self._digests.clear()
+            self._digests[secret] = digest
+        return digest
+
+    def placeholder(self, secret: str, rule: str = "custom") -> str:
+        """The placeholder `secret` becomes under the rule named `rule`."""
+        return f"<secret:{rule}:{self._digest(secret)}>"
+
+    def rekey(self, match_key: str) -> str:
+        """A caller-computed match key of a request that held secrets, keyed: a plain hash of
+        a request with a weak password in it could be brute-forced from the stored request."""
+        mac = hmac.new(self.key, _MATCH_KEY_DOMAIN + match_key.encode("utf-8", "surrogatepass"),
+                       hashlib.sha256)
+        return mac.hexdigest()[:32]
+
+    # -- redaction ------------------------------------------------------------------------------
+
+    def redact(self, value: Any) -> Any:
+        """`value` with its secrets replaced by placeholders (any value the codec encodes)."""
+        if type(value) is str:
+            return self.redact_text(value)
+        redacted, changed = self.redact_encoded(encode(value, path="value"))
+        return decode(redacted) if changed else value
+
+    def redact_text(self, text: str) -> str:
+        """`text` with the secrets found by the pattern rules replaced."""
+        return self._text(text, self._scanner)
+
+    def redact_encoded(self, tree: Json) -> tuple[Json, bool]:
+        """An encoded tree (as `encode` returns it) redacted, and whether anything changed."""
+        (out,), changed = self.redact_trees([tree])
+        return out, changed[0]
+
+    def redact_trees(self, trees: Sequence[Json]) -> tuple[list[Json], list[bool]]:
+        """Encoded trees (a step's input and output) redacted, and which of them changed.
+
+        Their new text is screened at once (see `_redact_scan`); only if a rule can match, or
+        a key names a secret field, are they walked and rewritten.
+        """
+        scanner = self._scanner
+        texts: list[str] = []
+        for tree in trees:
+            found = collect_texts(tree, scanner.min_length, self._clean, self._key_memo,
+                                  self._key_needs_walk)
+            if found is None:
+                texts = []
+                break
+            texts += found
+        else:
+            if not texts:
+                return list(trees), [False] * len(trees)
+            candidates = scanner.candidates(texts[0] if len(texts) == 1 else "\x00".join(texts))
+            if not candidates:
+                self._remember(texts, None)
+                return list(trees), [False] * len(trees)
+            scanner = Scanner(candidates)
+            # a keyword rule's candidates are often prose ("key: ..."): look closer first
+            if all(self._text(t, scanner) is t for t in texts):
+                return list(trees), [False] * len(trees)
+        walk = _RedactWalk(self, scanner)
+        out = [walk.walk(tree) for tree in trees]
+        return out, [a is not b for a, b in zip(out, trees, strict=True)]
+
+    def _key_needs_walk(self, key: str) -> bool:
+        """Whether a dict key names a secret field or holds a secret itself (memoised)."""
+        attention = self.secret_field(key) is not None or (
+            len(key) >= self._scanner.min_length and self._text(key, self._scanner) is not key)
+        if len(self._key_memo) > _FIELD_MEMO:
+            self._key_memo.clear()
+        self._key_memo[key] = attention
+        return attention
+
+    def secret_field(self, key: str) -> str | None:
+        """The name of the field rule `key` matches, if any."""
+        try:
+            return self._field_memo[key]
+        except KeyError:
+            pass
+        found = next((r.name for r in self._fields if r.regex.search(key)), None)
+        if len(self._field_memo) > _FIELD_MEMO:
+            self._field_memo.clear()
+        self._field_memo[key] = found
+        return found
+
+    def _secret_value(self, s: str, rule: str) -> str:
+        """A whole value under a secret field. Its pattern secrets are replaced first, so that
+        a placeholder handed back by replay and then sent again gives the same placeholder."""
+        if not s or PLACEHOLDER.fullmatch(s):
+            return s
+        inner = self._text(s, self._scanner)
+        if PLACEHOLDER.fullmatch(inner):
+            return inner
+        return self.placeholder(inner, rule)
+
+    def _text(self, s: str, scanner: Scanner) -> str:
+        """`s` redacted with `scanner`'s rules (all the rules that can match it), memoised."""
+        if s in self._clean:
+            return s
+        known = self._dirty.get(s)
+        if known is not None:
+            return known
+        if len(s) < scanner.min_length:
+            if len(s) >= self._scanner.min_length:  # too short for all rules it could match
+                self._remember([s], None)
+            return s
+        spans = scanner.find(s)
+        if not spans:
+            self._remember([s], None)
+            return s
+        pieces: list[str] = []
+        done = 0
+        for start, end, name in spans:
+            pieces.append(s[done:start])
+            pieces.append(self.placeholder(s[start:end], name))
+            done = end
+        pieces.append(s[done:])
+        out = "".join(pieces)
+        self._remember([s], out)
+        return out
+
+    def _remember(self, texts: list[str], redacted: str | None) -> None:
+        """Memoise texts as clean (`redacted` None) or one text's redacted form."""
+        size = sum(len(t) for t in texts)
+        if size > _MEMO_LONGEST:
+            return
+        self._memo_chars += size
+        if self._memo_chars > _MEMO_CHARS:  # bounded memory: start over
+            self._clean = set()
+            self._dirty = {}
+            self._memo_chars = size
+        if redacted is None:
+            self._clean.update(texts)
+        else:
+            self._dirty[texts[0]] = redacted

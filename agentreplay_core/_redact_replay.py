@@ -1,0 +1,138 @@
+"""Redaction on the replay side: secrets handed back on request, and a hint when placeholders
+of secrets differ from the recording's (the run was recorded under another redaction key)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from agentreplay_core._codec import canonical_bytes, decode
+from agentreplay_core._codec_base import Json
+from agentreplay_core._divergence import peek
+from agentreplay_core._errors import ReplayDivergence
+from agentreplay_core._model import Step
+from agentreplay_core._redact import Redactor
+from agentreplay_core._redact_rules import PLACEHOLDER
+from agentreplay_core._redact_walk import TreeTransform
+
+
+def _digest_of(redactor: Redactor, secret: str) -> str:
+    m = PLACEHOLDER.fullmatch(redactor.placeholder(secret))
+    assert m is not None
+    return m.group(2)
+
+
+def secret_map(redactor: Redactor, secrets: Mapping[str, str] | Iterable[str]) -> dict[str, str]:
+    """Placeholder digests -> secrets, from placeholders -> secrets or from the secrets alone
+    (their placeholders derived with the redactor's key).
+
+    Raises:
+        ValueError: a key of the mapping is no placeholder, or a listed secret is empty.
+    """
+    found: dict[str, str] = {}
+    if isinstance(secrets, Mapping):
+        for placeholder, value in secrets.items():
+            m = PLACEHOLDER.fullmatch(str(placeholder))
+            if m is None or not isinstance(value, str):
+                raise ValueError(
+                    "secrets= maps placeholders as stored (e.g. '<secret:openai:1a2b3c4d5e6f>') "
+                    f"to their values, not {placeholder!r}; to give only the secrets, pass them "
+                    "as a list")
+            found[m.group(2)] = value
+        return found
+    for value in secrets:
+        if not isinstance(value, str) or not value:
+            raise ValueError(f"secrets= lists secrets as non-empty strings, not {value!r}")
+        found[_digest_of(redactor, value)] = value
+        # a value redacted as a whole field had its pattern secrets replaced first
+        inner = redactor.redact_text(value)
+        if inner is not value:
+            found[_digest_of(redactor, inner)] = value
+    return found
+
+
+class Restorer(TreeTransform):
+    """Puts secrets back where their placeholders are (replay with `secrets=`)."""
+
+    def __init__(self, digests: Mapping[str, str]) -> None:
+        self._digests = dict(digests)
+
+    def _sub(self, m: re.Match[str]) -> str:
+        return self._digests.get(m.group(2), m.group(0))
+
+    def _sub_bytes(self, m: re.Match[str]) -> str:
+        # the secret goes back as its UTF-8 bytes (seen as Latin-1, like the rest)
+        secret = self._digests.get(m.group(2))
+        return m.group(0) if secret is None else \
+            secret.encode("utf-8", "surrogatepass").decode("latin-1")
+
+    def text(self, s: str) -> str:
+        if "<secret:" not in s:
+            return s
+        out = PLACEHOLDER.sub(self._sub, s)
+        return s if out == s else out
+
+    def bytes_text(self, text: str, secret: str | None) -> str:
+        if "<secret:" not in text:
+            return text
+        out = PLACEHOLDER.sub(self._sub_bytes, text)
+        return text if out == text else out
+
+
+def restore_secrets(steps: list[Step], secrets: Mapping[str, str] | Iterable[str],
+                    redactor: Redactor | None) -> list[Step]:
+    """The steps with the given secrets back in their outputs (inputs stay as recorded).
+
+    Raises:
+        ValueError: `secrets` is malformed, or lists bare secrets while redaction is off (their
+            placeholders cannot be derived without the redaction key).
+    """
+    if redactor is None and not isinstance(secrets, Mapping):
+        raise ValueError("secrets= as a list of secrets needs the store's redaction key to "
+                         "find their placeholders, but the store was opened with "
+                         "redaction=None; pass a mapping {placeholder: secret} instead")
+    digests = secret_map(redactor or Redactor(defaults=False), secrets)
+    if not digests:
+        return steps
+    restorer = Restorer(digests)
+    out = []
+    for step in steps:
+        output = restorer.walk(step.output)
+        out.append(step if output is step.output else step.model_copy(update={"output": output}))
+    return out
+
+
+def shown_request(redacted: Json) -> Any:
+    """A redacted request as a divergence report shows it (decoded where possible)."""
+    try:
+        return decode(redacted)
+    except Exception:
+        return peek(redacted)
+
+
+def _digests(tree: Json) -> set[str]:
+    try:
+        text = canonical_bytes(tree).decode("utf-8", "replace")
+    except Exception:
+        return set()
+    return {m.group(2) for m in PLACEHOLDER.finditer(text)} if "<secret:" in text else set()
+
+
+def add_key_hint(diverged: ReplayDivergence, redacted: Json, recorded: Sequence[Step]) -> None:
+    """Say so when the request's secrets have placeholders the recording does not hold while
+    the recorded calls of this name hold others: typically a different redaction key."""
+    mine = _digests(redacted)
+    if not mine:
+        return
+    theirs: set[str] = set()
+    for step in recorded:
+        theirs |= _digests(step.input)
+    if not theirs or not (mine - theirs):
+        return
+    diverged.detail += (
+        "; the request holds secrets whose placeholders (<secret:...>) the recording does not: "
+        "if the secrets are the same, the run was recorded with another redaction key. Replay "
+        "with the key it was recorded with (AGENTREPLAY_REDACTION_KEY, else "
+        "AGENTREPLAY_HMAC_KEY, else the recording user's redaction.key file)")
+    diverged.args = (diverged._message(),)

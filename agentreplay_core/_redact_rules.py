@@ -1,0 +1,169 @@
+"""What redaction looks for: `RedactionRule` and the default rules, as data.
+
+A rule either names fields (a regex searched, case-insensitively, in dict keys: the whole value
+under a matching key is a secret) or describes a secret's shape (a regex on string values; a
+group named `secret` limits the replacement to that part, as in `Bearer <token>`).
+
+Scanning every recorded string with a dozen regexes would dominate the cost of recording, so a
+rule may say what any match of it contains: `needles` (literal strings), a `screen` (a regex
+that `re` can search fast, as it starts with a literal), `keywords` (words written right before
+a `:` or `=`) or a `min_run` of token characters. Text that lacks them is never searched with
+the rule's own regex (`_redact_scan`). These are optional hints: a rule without them simply
+runs its regex on every new string.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+#: how a secret is stored: `<secret:RULE:12 hex digits of HMAC-SHA-256(key, secret)>`
+PLACEHOLDER = re.compile(r"<secret:([A-Za-z0-9_.-]{1,40}):([0-9a-f]{12})>")
+_RULE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,40}\Z")
+
+
+@dataclass(frozen=True)
+class RedactionRule:
+    """One kind of secret.
+
+    Args:
+        name: label in the placeholder (`<secret:NAME:...>`): letters, digits, `_.-`.
+        pattern: regex for secrets inside string values; a group named `secret` marks the
+            part to replace (the rest, e.g. `password=`, stays readable).
+        fields: regex searched case-insensitively in dict keys; every string under a
+            matching key (at any depth) is a secret.
+        needles: the rule only runs on text containing one of these (case-sensitive).
+        keywords: ... and in which one of these words (any case) ends right before a `:` or
+            `=`, after an optional quote and spaces: the context of `password: ...`.
+        screen: ... and matching this regex (one search shared by the rules naming the same
+            screen). Without keywords, the pattern itself is searched last.
+        min_run: every match holds this many consecutive token characters (letters, digits,
+            `_-.~+/=`): API keys and tokens do, prose mostly does not.
+        min_length: shortest text the pattern can match; shorter strings are not scanned.
+    """
+
+    name: str
+    pattern: str | re.Pattern[str] | None = None
+    fields: str | re.Pattern[str] | None = None
+    needles: tuple[str, ...] = ()
+    keywords: tuple[str, ...] = ()
+    screen: str | None = None
+    min_run: int = 0
+    min_length: int = 1
+    regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
+    screen_regex: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not _RULE_NAME.match(self.name):
+            raise ValueError(f"redaction rule name {self.name!r} must be 1 to 40 letters, "
+                             "digits, '_', '.' or '-' (it becomes part of the placeholder)")
+        if (self.pattern is None) == (self.fields is None):
+            raise ValueError(f"redaction rule {self.name!r} needs exactly one of pattern= "
+                             "(a regex on string values) or fields= (a regex on dict keys)")
+        source = self.fields if self.pattern is None else self.pattern
+        text, flags = (source.pattern, source.flags) if isinstance(source, re.Pattern) \
+            else (str(source), 0)
+        if self.fields is not None:
+            flags |= re.IGNORECASE
+        try:
+            regex = re.compile(text, flags)
+        except re.error as exc:
+            raise ValueError(f"redaction rule {self.name!r}: invalid regex {text!r}: {exc}"
+                             ) from None
+        object.__setattr__(self, "regex", regex)
+        try:
+            screen = re.compile(self.screen) if self.screen is not None else None
+        except re.error as exc:
+            raise ValueError(f"redaction rule {self.name!r}: invalid screen regex "
+                             f"{self.screen!r}: {exc}") from None
+        object.__setattr__(self, "screen_regex", screen)
+        object.__setattr__(self, "needles", tuple(self.needles))
+        object.__setattr__(self, "keywords", tuple(k.lower() for k in self.keywords))
+        if self.pattern is not None and regex.search("") is not None:
+            raise ValueError(f"redaction rule {self.name!r}: the pattern {regex.pattern!r} "
+                             "matches the empty string, so it would redact everything")
+
+    @property
+    def is_field_rule(self) -> bool:
+        return self.fields is not None
+
+
+def field_rule(name: str, names: Iterable[str]) -> RedactionRule:
+    """A rule for dict keys equal (case-insensitively) to one of `names`."""
+    listed = sorted({n for n in names if n})
+    if not listed:
+        raise ValueError("field_rule needs at least one field name")
+    alternatives = "|".join(re.escape(n) for n in listed)
+    return RedactionRule(name, fields=rf"\A(?:{alternatives})\Z")
+
+
+# Token characters of API keys; `(?<!...)` after the literal prefix (so the regex engine can
+# search for the prefix quickly) keeps "task-force" or "disk-..." from counting as `sk-`.
+_TOKEN = r"[A-Za-z0-9_-]"
+#: a value after `password=` / `"api_key": "`: no quotes, spaces, brackets; not a placeholder
+#: (and `(?<!<)` keeps the `secret:` inside a placeholder from reading as an assignment)
+_VALUE = r"""[^\s"'<>,;{}\[\]()`][^\s"'<>,;{}\[\]()`]{5,}"""
+_SECRET_WORDS = (r"password|passwd|passphrase|secret|api[_-]?key|apikey|credentials?|"
+                 r"authorization|private[_-]?key|(?:access|auth|api|bearer|refresh|session)"
+                 r"[_-]?token")
+
+#: dict keys whose values are secrets, wherever they occur (headers, kwargs, configs)
+DEFAULT_FIELDS = (
+    r"api[_-]?key|apikey|secret|passw(?:or)?d|passphrase|credential|authorization|cookie"
+    r"|private[_-]?key|(?:access|auth|api|bearer|refresh|session|id|ad|oauth|security)"
+    r"[_-]?token"
+)
+
+#: what a bearer token looks like after the word (it has a digit: "Bearer authentication" is
+#: prose)
+_BEARER_TOKEN = r"\s+(?P<secret>(?=[A-Za-z._~+/-]*[0-9])[A-Za-z0-9._~+/-]{16,}=*)"
+_OPENAI = rf"sk-(?<!{_TOKEN}sk-){_TOKEN}{{20,}}"
+#: the prefixed tokens with an underscore, screened together by one cheap search
+_UNDERSCORE = r"_(?:(?<=gh[pousr]_)|(?<=github_pat_)|(?<=hf_)|(?<=k_live_)|(?<=k_test_))"
+
+# Every pattern below starts with a literal (the boundary check comes after it), so `re` can
+# search for it quickly; the needle's rarest character is looked for before that.
+DEFAULT_RULES: tuple[RedactionRule, ...] = (
+    RedactionRule("field", fields=DEFAULT_FIELDS),
+    RedactionRule("private_key", pattern=(
+        r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----[\s\S]*?"
+        r"(?:-----END[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\Z)"),
+        needles=("-----BEGIN",), min_length=30),
+    # an Anthropic key also has the OpenAI shape: only looked for where that one matched
+    RedactionRule("anthropic", pattern=rf"sk-ant-(?<!{_TOKEN}sk-ant-){_TOKEN}{{20,}}",
+                  needles=("sk-",), screen=_OPENAI, min_run=27, min_length=27),
+    RedactionRule("openai", pattern=_OPENAI, needles=("sk-",), min_run=23, min_length=23),
+    RedactionRule("aws", pattern=r"A(?<![A-Za-z0-9]A)(?:KIA|SIA)[A-Z0-9]{16}(?![A-Za-z0-9])",
+                  needles=("AKIA", "ASIA"), min_run=20, min_length=20),
+    RedactionRule("google", pattern=rf"AIza(?<!{_TOKEN}AIza){_TOKEN}{{35}}(?!{_TOKEN})",
+                  needles=("AIza",), min_run=39, min_length=39),
+    RedactionRule("github", pattern=r"gh(?<![A-Za-z0-9_]gh)[pousr]_[A-Za-z0-9]{36,}",
+                  needles=("_",), screen=_UNDERSCORE, min_run=40, min_length=40),
+    RedactionRule("github", pattern=(
+        r"github_pat_(?<![A-Za-z0-9_]github_pat_)[A-Za-z0-9_]{22,}"),
+        needles=("_",), screen=_UNDERSCORE, min_run=33, min_length=33),
+    RedactionRule("slack", pattern=r"xox(?<![A-Za-z0-9]xox)[abposre]-[A-Za-z0-9-]{10,}",
+                  needles=("xox",), min_run=15, min_length=15),
+    RedactionRule("stripe", pattern=r"(?<![A-Za-z0-9])[rs]k_(?:live|test)_[A-Za-z0-9]{16,}",
+                  needles=("_",), screen=_UNDERSCORE, min_run=24, min_length=24),
+    RedactionRule("huggingface", pattern=r"hf_(?<![A-Za-z0-9]hf_)[A-Za-z0-9]{30,}",
+                  needles=("_",), screen=_UNDERSCORE, min_run=33, min_length=33),
+    RedactionRule("jwt", pattern=(
+        r"eyJ(?<![A-Za-z0-9_-]eyJ)[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
+        needles=("eyJ",), min_run=32, min_length=32),
+    RedactionRule("bearer", pattern=rf"earer(?<![A-Za-z][Bb]earer)(?<=[Bb]earer){_BEARER_TOKEN}",
+                  needles=("earer",), min_run=16, min_length=23),
+    RedactionRule("bearer", pattern=rf"BEARER(?<![A-Za-z]BEARER){_BEARER_TOKEN}",
+                  needles=("BEARER",), min_run=16, min_length=23),
+    RedactionRule("url_password", pattern=r"://[^\s:/@\"'<>]+:(?P<secret>[^\s/@\"'<>]+)@",
+                  needles=("@",), min_length=7),
+    RedactionRule("assignment", pattern=(
+        rf"(?<!<)(?i:{_SECRET_WORDS})[\"']?\s*[:=]\s*[\"']?"
+        rf"(?:(?i:basic|bearer|token|digest)\s+)?(?!(?i:basic|bearer|token|digest)\s)"
+        rf"(?P<secret>{_VALUE})"),
+        needles=(":", "="),
+        keywords=("password", "passwd", "passphrase", "secret", "key", "credential",
+                  "credentials", "authorization", "token"),
+        min_length=12),
+)

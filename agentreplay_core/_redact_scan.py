@@ -1,0 +1,164 @@
+"""Finding secrets in text quickly: which rules can match at all, and where they do.
+
+Regexes with alternatives cost the `re` engine several nanoseconds per character, too much to
+run over everything an agent records. So a rule is first screened by its needles (literal
+strings one of which any match contains), and a needle by its rarest character: looking for
+one character is a `memchr`, close to free, and most text lacks the rare ones. Only rules
+whose needles are present run their regex. The recorder screens all new text of a step at
+once (joined), so a step without secrets costs a few substring searches in all.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from agentreplay_core._redact_rules import PLACEHOLDER, RedactionRule
+
+#: characters from commonest to rarest in prose and JSON-ish text (a rough ranking; any other
+#: character counts as rarer still)
+_BY_FREQUENCY = " etaoinshrdlcumwfgypb,.\n'\"-:0123456789vk/()TAISOWHBCMFPDRLEGNYUVJKQXZxjqz"
+_GUARD_FROM = 20  # characters before this index are too common to guard with
+
+
+#: token characters (`min_run`): bytes.translate maps them to "x" and all else to " ", so that
+#: one substring search finds a run; a C-speed pass, unlike a regex with a repeated class
+_TOKEN_BYTES = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-.~+/="
+_RUNS = bytes(0x78 if i in _TOKEN_BYTES else 0x20 for i in range(256))
+
+
+def has_run(text: str, length: int) -> bool:
+    """Whether `text` holds `length` consecutive token characters."""
+    return b"x" * length in text.encode("utf-8", "surrogatepass").translate(_RUNS)
+
+
+def _guards(needle: str) -> str:
+    """The characters of `needle` rare enough to look for first (all must be present)."""
+    return "".join(sorted({ch for ch in needle if _BY_FREQUENCY.find(ch) not in
+                           range(_GUARD_FROM)}))
+
+
+def _keyword_screens(keywords: Sequence[str]) -> tuple[tuple[str, re.Pattern[str]], ...]:
+    """(separator, regex) pairs finding `word:` / `word =` / `"word": ` in lower-cased text
+    read backwards, where each regex starts with its separator: a literal, which `re` searches
+    for fast (forwards, the words would be alternatives: several nanoseconds per character)."""
+    if not keywords:
+        return ()
+    words = "|".join(re.escape(k[::-1]) for k in sorted(set(keywords)))
+    return tuple((sep, re.compile(rf"{re.escape(sep)}\s*[\"']?(?:{words})")) for sep in ":=")
+
+
+class Scanner:
+    """The pattern rules of a redactor, prepared for screening and scanning."""
+
+    def __init__(self, rules: Sequence[RedactionRule]) -> None:
+        self.rules = tuple(rules)
+        self.min_length = min((r.min_length for r in self.rules), default=1 << 62)
+        self._plans = [(rule, frozenset(rule.needles), _keyword_screens(rule.keywords))
+                       for rule in self.rules]
+        self._screens = {rule: screens for rule, _, screens in self._plans if screens}
+        #: the shortest `min_run` of the rules that have one: text without such a run skips them
+        self._min_run = min((r.min_run for r in self.rules if r.min_run), default=0)
+        # every needle once, with its guard characters; a needle that is one rare character is
+        # its own guard and needs no search of its own
+        needles = {n: _guards(n) for r in self.rules for n in r.needles}
+        self._guard_chars = "".join(sorted({c for g in needles.values() for c in g}))
+        self._needles = tuple((n, frozenset(g), n == g) for n, g in needles.items())
+
+    def candidates(self, text: str) -> list[RedactionRule]:
+        """The rules that can match somewhere in `text` (a rule without keywords: that does
+        match, as its pattern is the last check)."""
+        absent = {c for c in self._guard_chars if c not in text}  # memchr each, near free
+        present = {n for n, guards, own_guard in self._needles
+                   if absent.isdisjoint(guards) and (own_guard or n in text)}
+        runs = None
+        found = []
+        seen: dict[str, bool] = {}
+        backwards: str | None = None
+        for rule, needles, keyword_screens in self._plans:
+            if needles and needles.isdisjoint(present):
+                continue
+            if rule.min_run:
+                if runs is None:
+                    runs = has_run(text, self._min_run)
+                if not runs:
+                    continue
+            if keyword_screens:
+                if backwards is None:
+                    backwards = text.lower()[::-1]
+                if any(sep in text and _matches(screen, backwards, seen)
+                       for sep, screen in keyword_screens):
+                    found.append(rule)
+                continue
+            if (rule.screen_regex is None or _matches(rule.screen_regex, text, seen)) \
+                    and _matches(rule.regex, text, seen):
+                found.append(rule)
+        return found
+
+    def find(self, s: str) -> list[tuple[int, int, str]]:
+        """(start, end, rule name) of each secret in `s`, without overlaps (the rule listed
+        first wins a tie) and never inside an existing placeholder."""
+        rules = self.candidates(s)
+        if not rules:
+            return []
+        found: list[tuple[int, int, int, str]] = []
+        for order, rule in enumerate(rules):
+            if len(s) < rule.min_length:
+                continue
+            group = "secret" if "secret" in rule.regex.groupindex else 0
+            screens = self._screens.get(rule)
+            matches = _seeded(rule.regex, screens, s) if screens else rule.regex.finditer(s)
+            for m in matches:
+                start, end = m.span(group)
+                if start < end:
+                    found.append((start, -end, order, rule.name))
+        if not found:
+            return []
+        if "<secret:" in s:  # keeps redaction idempotent, whatever a user pattern matches
+            taken = [m.span() for m in PLACEHOLDER.finditer(s)]
+            found = [f for f in found if not any(f[0] < b and -f[1] > a for a, b in taken)]
+        found.sort()
+        out: list[tuple[int, int, str]] = []
+        done = 0
+        for start, negative_end, _, name in found:
+            if start >= done:
+                out.append((start, -negative_end, name))
+                done = -negative_end
+        return out
+
+
+#: how far before its keyword's last word a keyword rule's match may start (`api_` of
+#: `api_key`), and how much of its value a first search looks at
+_LEAD, _WINDOW = 32, 256
+
+
+def _seeded(regex: re.Pattern[str], screens: tuple[tuple[str, re.Pattern[str]], ...],
+            s: str) -> list[re.Match[str]]:
+    """The matches of a keyword rule, searched for only where its keyword screens matched
+    (a case-insensitive regex of alternatives run over all of `s` would cost far more)."""
+    backwards = s.lower()[::-1]
+    if len(backwards) != len(s):  # lower-casing changed lengths (rare scripts): search all
+        return list(regex.finditer(s))
+    n = len(s)
+    found: dict[int, re.Match[str]] = {}
+    for separator, screen in screens:
+        if separator not in s:
+            continue
+        for seed in screen.finditer(backwards):
+            word_start, after_separator = n - seed.end(), n - seed.start()
+            window = min(n, after_separator + _WINDOW)
+            m = regex.search(s, max(0, word_start - _LEAD), window)
+            if m is None or m.start() > word_start:
+                continue
+            if m.end() >= window > after_separator and window < n:
+                m = regex.match(s, m.start()) or m  # the value may go on past the window
+            found[m.start()] = m
+    return [found[k] for k in sorted(found)]
+
+
+def _matches(regex: re.Pattern[str], text: str, seen: dict[str, bool]) -> bool:
+    key = "\x00re:" + regex.pattern  # rules may share a screen, or screen with another's rule
+    hit = seen.get(key)
+    if hit is None:
+        hit = seen[key] = regex.search(text) is not None
+    return hit

@@ -1,0 +1,93 @@
+"""Interleaved repeats: every variant runs once per repeat, so drift on a shared, noisy
+machine hits baseline and candidate alike; results are compared as ratios of medians."""
+
+from __future__ import annotations
+
+import gc
+import math
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One quantity measured once per repeat (seconds per unit unless said otherwise)."""
+
+    values: tuple[float, ...]
+
+    @property
+    def min(self) -> float:
+        return min(self.values)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.values)
+
+    @property
+    def max(self) -> float:
+        return max(self.values)
+
+
+def alternate(variants: Mapping[str, Callable[[], T]], repeats: int, *,
+              warmup: bool = True) -> dict[str, list[T]]:
+    """Run each variant once per repeat and collect what each run returns.
+
+    The order rotates every repeat (A B, then B A), so neither variant always runs right after
+    the other's leftovers (a writer's backlog, a warm cache). A collection of the cyclic GC
+    runs before each measurement, outside it, so no variant pays for another's garbage.
+    """
+    names = list(variants)
+    if warmup:  # imports, caches, first connections: paid once, not measured
+        for name in names:
+            variants[name]()
+    values: dict[str, list[T]] = {name: [] for name in names}
+    for repeat in range(repeats):
+        shift = repeat % len(names)
+        for name in names[shift:] + names[:shift]:
+            gc.collect()
+            values[name].append(variants[name]())
+    return values
+
+
+def interleave(variants: Mapping[str, Callable[[], float]], repeats: int, *,
+               warmup: bool = True) -> dict[str, Sample]:
+    """`alternate` for variants that each return one number (seconds per unit, mostly)."""
+    found = alternate(variants, repeats, warmup=warmup)
+    return {name: Sample(tuple(values)) for name, values in found.items()}
+
+
+def per_unit(action: Callable[[], object], units: int) -> float:
+    """Seconds per unit of one call of `action`, which does `units` units of work."""
+    t0 = time.perf_counter()
+    action()
+    return (time.perf_counter() - t0) / units
+
+
+def ratio(candidate: Sample, baseline: Sample) -> float:
+    """Candidate over baseline, medians (above 1: the candidate takes longer)."""
+    return candidate.median / baseline.median
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The nearest-rank percentile `q` (0-100) of `values`."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+
+
+def pace(count: int, interval: float, action: Callable[[int], None]) -> None:
+    """Call `action(i)` for i in 0..count-1, call i at `i * interval` seconds from the start.
+
+    An open loop: after a stall the late calls run back to back until the schedule is met
+    again, as steps of agents that do not wait for the recorder would arrive.
+    """
+    start = time.perf_counter()
+    for i in range(count):
+        delay = start + i * interval - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        action(i)

@@ -1,0 +1,188 @@
+"""What recording costs the caller's thread, with the batched writer running behind it.
+
+- LangChain: `GenericFakeChatModel.invoke` with no callbacks, with a no-op handler (the
+  framework's own dispatch cost) and with `RecordingCallbackHandler`.
+- LlamaIndex: `MockLLM.chat` with no handler, with no-op event and span handlers on the root
+  dispatcher, and inside `instrument(recorder)`.
+- The core: `Recorder.record` against the seed recorder's INSERT per step.
+
+Before each measured block the writer's backlog from the previous block is flushed, outside
+the measurement, so that one variant's rows are never written on another's time.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import Any
+
+import psycopg
+
+from agentreplay_core import Recorder, Store, open_store
+from benchmarks._baselines import create_seed_table, seed_record
+from benchmarks._context import Bench
+from benchmarks._db import fresh_store
+from benchmarks._payloads import ANSWER_CHARS, chat_steps, langchain_chat, llamaindex_chat
+from benchmarks._report import Target
+from benchmarks._timing import Sample, interleave, per_unit, ratio
+
+SCHEMA = "bench_caller"
+HANDLER_LIMIT = 1.25
+SEED_FACTOR = 20.0
+
+
+def _langchain(bench: Bench, store: Store) -> dict[str, Sample]:
+    from langchain_core.callbacks import BaseCallbackHandler
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import BaseMessage
+    from langchain_core.runnables import RunnableConfig
+
+    from agentreplay_langchain import RecordingCallbackHandler
+
+    class NoOpHandler(BaseCallbackHandler):
+        """Does nothing. It defines on_chat_model_start: the base class's raises
+        NotImplementedError, and LangChain then calls on_llm_start with the messages
+        rendered as text, a cost that a real chat-model handler never pays."""
+
+        def on_chat_model_start(self, serialized: dict[str, Any],
+                                messages: list[list[BaseMessage]], **kwargs: Any) -> None:
+            return None
+
+    calls = bench.size(50, 200)
+    prompts, answers = langchain_chat(calls)
+    model = GenericFakeChatModel(messages=itertools.cycle(answers))
+    # The same handler recording into a memory: store, whose writer only keeps the rows:
+    # the handler's own cost with little of the PostgreSQL writer's share of the GIL (a row
+    # for diagnosis, not a target).
+    with store.record(name="langchain-caller") as rec, open_store("memory:") as memory, \
+            memory.record(name="langchain-caller") as in_memory:
+        configs: dict[str, RunnableConfig | None] = {
+            "no callbacks": None,
+            "no-op handler": {"callbacks": [NoOpHandler()]},
+            "RecordingCallbackHandler": {"callbacks": [RecordingCallbackHandler(rec)]},
+            "RecordingCallbackHandler, memory: store": {
+                "callbacks": [RecordingCallbackHandler(in_memory)]},
+        }
+
+        def block(config: RunnableConfig | None) -> Callable[[], float]:
+            def run() -> float:
+                rec.flush(timeout=120)
+                in_memory.flush(timeout=120)
+                return per_unit(lambda: [model.invoke(p, config=config) for p in prompts],
+                                calls)
+            return run
+
+        return interleave({name: block(c) for name, c in configs.items()}, bench.repeats)
+
+
+def _llamaindex(bench: Bench, store: Store) -> dict[str, Sample]:
+    from llama_index.core.instrumentation.event_handlers import BaseEventHandler
+    from llama_index.core.instrumentation.events import BaseEvent
+    from llama_index.core.instrumentation.span import SimpleSpan
+    from llama_index.core.instrumentation.span_handlers import BaseSpanHandler
+    from llama_index.core.llms import MockLLM
+    from llama_index_instrumentation import get_dispatcher
+
+    from agentreplay_llamaindex import instrument
+
+    class NoOpEventHandler(BaseEventHandler):
+        @classmethod
+        def class_name(cls) -> str:
+            return "NoOpEventHandler"
+
+        def handle(self, event: BaseEvent, **kwargs: Any) -> Any:
+            return None
+
+    class NoOpSpanHandler(BaseSpanHandler[SimpleSpan]):
+        def new_span(self, id_: str, bound_args: inspect.BoundArguments,
+                     instance: Any | None = None, parent_span_id: str | None = None,
+                     tags: dict[str, Any] | None = None, **kwargs: Any) -> SimpleSpan | None:
+            return None
+
+        def prepare_to_exit_span(self, id_: str, bound_args: inspect.BoundArguments,
+                                 instance: Any | None = None, result: Any | None = None,
+                                 **kwargs: Any) -> SimpleSpan | None:
+            return None
+
+        def prepare_to_drop_span(self, id_: str, bound_args: inspect.BoundArguments,
+                                 instance: Any | None = None,
+                                 err: BaseException | None = None,
+                                 **kwargs: Any) -> SimpleSpan | None:
+            return None
+
+    @contextmanager
+    def no_op_handlers() -> Iterator[None]:
+        # agentreplay attaches one event and one span handler to the root dispatcher too
+        root = get_dispatcher()
+        events, spans = NoOpEventHandler(), NoOpSpanHandler()
+        root.add_event_handler(events)
+        root.add_span_handler(spans)
+        try:
+            yield
+        finally:
+            root.event_handlers = [h for h in root.event_handlers if h is not events]
+            root.span_handlers = [h for h in root.span_handlers if h is not spans]
+
+    calls = bench.size(50, 200)
+    prompts = llamaindex_chat(calls)
+    llm = MockLLM(max_tokens=ANSWER_CHARS // 5)  # "text " repeated: the answer's size
+    with store.record(name="llamaindex-caller") as rec:
+        attach: dict[str, Callable[[], AbstractContextManager[Any]]] = {
+            "no handler": nullcontext,
+            "no-op handlers": no_op_handlers,
+            "instrument(recorder)": lambda: instrument(rec),
+        }
+
+        def block(attached: Callable[[], AbstractContextManager[Any]]) -> Callable[[], float]:
+            def run() -> float:
+                rec.flush(timeout=120)
+                with attached():
+                    return per_unit(lambda: [llm.chat(p) for p in prompts], calls)
+            return run
+
+        return interleave({name: block(a) for name, a in attach.items()}, bench.repeats)
+
+
+def _core(bench: Bench, store: Store) -> dict[str, Sample]:
+    steps = chat_steps(bench.size(200, 500))
+
+    def recorded(rec: Recorder) -> None:
+        for request, response in steps:
+            rec.record("llm", "chat_model", request, response)
+
+    def agentreplay() -> float:
+        with store.record(name="core-caller") as rec:  # sealing (a flush) is not measured
+            return per_unit(lambda: recorded(rec), len(steps))
+
+    with psycopg.connect(bench.dsn, autocommit=True) as conn:
+        create_seed_table(conn, SCHEMA)
+        return interleave({"seed recorder (INSERT per step)":
+                           lambda: seed_record(conn, SCHEMA, steps),
+                           "Recorder.record, batched": agentreplay}, bench.repeats)
+
+
+def run(bench: Bench) -> list[Target]:
+    report = bench.report
+    report.heading("record_caller: caller-thread cost of recording",
+                   "Chat steps of ~2 KB in / ~1 KB out into PostgreSQL, batched mode; time on "
+                   "the calling thread while the writer thread works behind it.")
+    with fresh_store(bench.dsn, SCHEMA) as store:
+        lc = _langchain(bench, store)
+        li = _llamaindex(bench, store)
+        core = _core(bench, store)
+    report.timing("LangChain GenericFakeChatModel.invoke", lc, baseline="no-op handler",
+                  per="call")
+    report.timing("LlamaIndex MockLLM.chat", li, baseline="no-op handlers", per="call")
+    seed, ours = core.values()
+    report.timing("Core: one recorded step", core, baseline="seed recorder (INSERT per step)")
+    return [
+        Target("LangChain: invoke with RecordingCallbackHandler vs no-op handler",
+               ratio(lc["RecordingCallbackHandler"], lc["no-op handler"]), HANDLER_LIMIT),
+        Target("LlamaIndex: chat inside instrument(recorder) vs no-op handlers",
+               ratio(li["instrument(recorder)"], li["no-op handlers"]), HANDLER_LIMIT),
+        Target("Caller latency per step: seed recorder / agentreplay batched",
+               ratio(seed, ours), SEED_FACTOR, higher_is_better=True,
+               detail=f"{ours.median * 1e6:.0f} us vs {seed.median * 1e6:.0f} us"),
+    ]

@@ -1,0 +1,88 @@
+"""Sustained recording throughput into PostgreSQL, until durable.
+
+agentreplay (batched, and sync for reference) records steps as fast as the caller can hand
+them over; the time runs from the first `record` to `flush()` returning (every row
+committed). Baselines: raw COPY of the same rows, pre-built, into tables of the same shape
+(the ceiling of this server) and the seed recorder (INSERT + commit per step).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+
+from agentreplay_core import Store
+from benchmarks._baselines import (
+    COPY_BATCH,
+    create_raw_tables,
+    create_seed_table,
+    raw_copy,
+    seed_record,
+    step_rows,
+)
+from benchmarks._context import Bench
+from benchmarks._db import fresh_store
+from benchmarks._payloads import chat_steps, json_text
+from benchmarks._report import Target
+from benchmarks._timing import interleave
+
+SCHEMA = "bench_throughput"
+COPY_SHARE = 85.0  # percent of raw COPY's steps/s
+SEED_FACTOR = 5.0
+
+
+def recorded_rate(store: Store, steps: Sequence[tuple[Any, Any]], durability: str) -> float:
+    """Seconds per step from the first `record` until every row is committed."""
+    with store.record(name=f"throughput-{durability}", durability=durability) as rec:
+        t0 = time.perf_counter()
+        for request, response in steps:
+            rec.record("llm", "chat_model", request, response)
+        if not rec.flush(timeout=600):
+            raise RuntimeError("the batched writer did not get the rows written within 600 s; "
+                               "see the log for why (database down? spooling?)")
+        return (time.perf_counter() - t0) / len(steps)
+
+
+def run(bench: Bench) -> list[Target]:
+    report = bench.report
+    steps = chat_steps(bench.size(1_000, 10_000))
+    few = steps[:bench.size(200, 2_000)]  # one commit per step: fewer suffice for a rate
+    megabytes = sum(len(json_text(a)) + len(json_text(b)) for a, b in steps) / 1e6
+    report.heading("throughput: sustained steps/s until durable",
+                   f"{len(steps):,} chat steps ({megabytes * 1e6 / len(steps):,.0f} bytes of "
+                   f"JSON each) per repeat; the seed recorder and sync mode record "
+                   f"{len(few):,}.")
+    with fresh_store(bench.dsn, SCHEMA) as store, \
+            psycopg.connect(bench.dsn, autocommit=True) as conn:
+        create_seed_table(conn, SCHEMA)
+        create_raw_tables(conn, SCHEMA)
+
+        def raw() -> float:
+            rows = step_rows(steps)  # built before the clock starts
+            return raw_copy(conn, SCHEMA, rows) / len(rows)
+
+        samples = interleave({
+            "raw COPY of pre-built rows": raw,
+            "agentreplay batched": lambda: recorded_rate(store, steps, "batched"),
+            "agentreplay sync": lambda: recorded_rate(store, few, "sync"),
+            "seed recorder (INSERT per step)": lambda: seed_record(conn, SCHEMA, few),
+        }, bench.size(3, 7))
+    raw_s, batched = samples["raw COPY of pre-built rows"], samples["agentreplay batched"]
+    seed = samples["seed recorder (INSERT per step)"]
+    report.timing("Steps until durable", samples, baseline="raw COPY of pre-built rows",
+                  rate=True, note=(
+                      f"raw COPY: {COPY_BATCH:,} rows per transaction, "
+                      f"{megabytes / (raw_s.median * len(steps)):.1f} MB/s of JSON; "
+                      f"agentreplay batched {megabytes / (batched.median * len(steps)):.1f} "
+                      "MB/s."))
+    return [
+        Target("Throughput batched: share of raw COPY's steps/s",
+               100 * raw_s.median / batched.median, COPY_SHARE, "%", higher_is_better=True,
+               detail=f"{1 / batched.median:,.0f} vs {1 / raw_s.median:,.0f} steps/s"),
+        Target("Throughput batched vs seed recorder's steps/s",
+               seed.median / batched.median, SEED_FACTOR, higher_is_better=True,
+               detail=f"seed {1 / seed.median:,.0f} steps/s"),
+    ]

@@ -1,0 +1,1 @@
+"""libFuzzer harnesses (atheris); see each module for how to run it."""
