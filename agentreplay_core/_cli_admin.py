@@ -18,6 +18,7 @@ from agentreplay_core._cli_app import (
     open_cli_store,
     spool_app,
 )
+from agentreplay_core._cli_common import progress_bar
 from agentreplay_core._errors import AgentReplayError
 from agentreplay_core._spool import SpoolFlushError
 
@@ -34,7 +35,11 @@ def verify(
         raise fail("name a run id or pass --all")
     try:
         with open_cli_store(dsn, schema) as store:
-            reports = store.verify_all() if all_runs else [store.verify(run_id or "")]
+            if all_runs:
+                with progress_bar("verifying runs") as update:
+                    reports = store.verify_all(progress=update)
+            else:
+                reports = [store.verify(run_id or "")]
     except AgentReplayError as exc:
         raise fail(str(exc)) from None
     bad = [r for r in reports if not r.ok]

@@ -8,7 +8,7 @@ import os
 import re
 import socket
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
@@ -358,15 +358,20 @@ class Store:
         return verify_chain(run, steps, self.hmac_key, accept_unkeyed=self.accept_unkeyed_runs,
                             old_keys=self.hmac_old_keys)
 
-    def verify_all(self) -> list[VerifyReport]:
-        """Verify every run; a run that cannot even be read is reported, not raised."""
-        reports = []
-        for run in self.list_runs(limit=None):
+    def verify_all(self, progress: Callable[[int, int], None] | None = None
+                   ) -> list[VerifyReport]:
+        """Verify every run; a run that cannot even be read is reported, not raised.
+        `progress(done, total)` is called after each run."""
+        reports: list[VerifyReport] = []
+        runs = self.list_runs(limit=None)
+        for run in runs:
             try:
                 reports.append(self.verify(run.run_id))
             except AgentReplayError as exc:
                 reports.append(VerifyReport(run.run_id, 0, [
                     Problem(run.run_id, None, "unreadable", f"cannot read the run: {exc}")]))
+            if progress is not None:
+                progress(len(reports), len(runs))
         return reports
 
     @contextlib.contextmanager

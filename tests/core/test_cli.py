@@ -79,3 +79,16 @@ def test_db_migrate_and_status(pg_dsn: str, pg_schema: str) -> None:
     status = agentreplay("db", "status", "--dsn", pg_dsn, "--schema", pg_schema)
     assert status.returncode == 0
     assert "runs_and_run_log" in status.stdout and "applied" in status.stdout
+
+
+def test_verify_all_reports_progress_for_the_progress_bar() -> None:
+    from agentreplay_core import open_store
+
+    store = open_store("memory:")
+    for name in ("a", "b", "c"):
+        with store.record(name=name) as rec:
+            rec.record("tool", "t", {}, 1)
+    seen: list[tuple[int, int]] = []
+    reports = store.verify_all(progress=lambda done, total: seen.append((done, total)))
+    assert [r.ok for r in reports] == [True, True, True]
+    assert seen == [(1, 3), (2, 3), (3, 3)]

@@ -81,3 +81,18 @@ def test_demo_without_langchain_core_says_what_to_install() -> None:
     assert len(lines) == 2 and lines[0].startswith("error: ") and "langchain-core" in lines[0]
     assert lines[1] == 'hint: pip install "agentreplay[demo]"'
     assert result.stdout == ""
+
+
+def test_the_readme_demo_command_runs(pg_dsn: str, pg_schema: str) -> None:
+    # The quick start's first command, as written: its install part is checked for shape (the
+    # `demo` nox session runs it for real in a fresh environment), its run part is run here.
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = re.search(r"<!-- demo-command -->\n```bash\n(.*?)\n```", readme)
+    assert block is not None
+    install, run = (part.strip() for part in block.group(1).split("&&"))
+    assert re.fullmatch(r'python3 -m pip install -q -e "\.\[demo\]"', install)
+    argv = run.split()
+    assert argv[:2] == ["python3", "-m"]
+    result = run_cli(sys.executable, *argv[1:], "--dsn", pg_dsn, "--schema", pg_schema)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "demo ok" in result.stdout
