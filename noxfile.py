@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -284,7 +285,9 @@ def core(session: nox.Session) -> None:
     if _python(session) != LOAD_PYTHON:
         session.run("pytest", "tests/core", "-m", "not load", *session.posargs, env=env)
         return
-    report = Path(session.create_tmp()) / "load.md"
+    # not session.create_tmp(): that points TMPDIR into the checkout, where the plugin tests'
+    # pytester runs would pick up this project's pytest configuration
+    report = Path(tempfile.gettempdir()) / f"agentreplay-load-{os.getpid()}.md"
     report.unlink(missing_ok=True)
     env.update(AGENTREPLAY_LOAD_SECONDS=LOAD_SECONDS, AGENTREPLAY_LOAD_REPORT=str(report))
     try:
@@ -292,6 +295,7 @@ def core(session: nox.Session) -> None:
     finally:
         if report.exists():
             session.log(f"load figures:\n{report.read_text()}")
+            report.unlink()
 
 
 @nox.session
