@@ -66,6 +66,17 @@ def _vectors(output: Any) -> list[list[float]]:
     return []
 
 
+def step_vectors(step: Step) -> list[list[float]]:
+    """The vectors a stored embedding step holds (none for other steps, failed ones, or an
+    output that cannot be rebuilt here, which held no searchable vector either)."""
+    if step.kind != "embedding" or step.is_error:
+        return []
+    try:
+        return _vectors(decode(step.output, restore_objects=False))
+    except Exception:
+        return []
+
+
 class Recorder:
     """Records the steps of one run. Thread-safe and asyncio-safe; never raises into the agent.
 
@@ -155,12 +166,7 @@ class Recorder:
         """Store a recorded step again, as stored (into a forked run): values that cannot be
         rebuilt here still copy exactly. Never raises, like `record`."""
         try:
-            vectors = []
-            if step.kind == "embedding" and not step.is_error:
-                try:
-                    vectors = _vectors(decode(step.output, restore_objects=False))
-                except Exception:
-                    vectors = []
+            vectors = step_vectors(step)
             stored_in, stored_out = step.input, step.output
             if self.redactor is not None:  # a replay given secrets= holds them again
                 (stored_in, stored_out), _ = self.redactor.redact_trees((stored_in, stored_out))

@@ -17,11 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from uuid import UUID
 
-from agentreplay_core._codec import decode
 from agentreplay_core._errors import IntegrityError, RunNotFound, StoreError
 from agentreplay_core._integrity import VerifyReport
 from agentreplay_core._model import Run, Step
-from agentreplay_core._recorder import _vectors
+from agentreplay_core._recorder import step_vectors
 from agentreplay_core._store import Store
 from agentreplay_core.stores._backend import EmbeddingRow
 from agentreplay_core.stores._file import parse_run, pending_from_step, run_line, step_line
@@ -69,13 +68,7 @@ class ImportResult:
 def embedding_rows(step: Step) -> list[EmbeddingRow]:
     """The pgvector rows the recorder made for `step`, rebuilt from its stored output: one per
     vector of an embedding step that did not fail (none for any other step)."""
-    if step.kind != "embedding" or step.is_error:
-        return []
-    try:
-        vectors = _vectors(decode(step.output, restore_objects=False))
-    except Exception:  # an output that cannot be rebuilt here held no searchable vector either
-        return []
-    return [EmbeddingRow(step.run_id, step.step, i, v) for i, v in enumerate(vectors)]
+    return [EmbeddingRow(step.run_id, step.step, i, v) for i, v in enumerate(step_vectors(step))]
 
 
 def _check_suffix(path: Path) -> None:
