@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import warnings
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextvars import ContextVar, Token
 from types import TracebackType
@@ -237,6 +238,25 @@ class Session:
             result: T = await self.player.anext(kind, name, request, path=path, live=live)
             return result
         return await fn(*args, **kwargs)
+
+
+def replay_player(what: str, framework: str, package: str,
+                  instrumented: Callable[[], Recorder | Player | None]) -> Player | None:
+    """The player an adapter's `replayable_*` factory swaps in: the active replay session's,
+    else None. While recording, warns when the adapter is not instrumented for the session's
+    recorder in this context (`instrumented()` says for what it is), since the `what`'s calls
+    would then go unrecorded."""
+    session = active_session()
+    if session is None:
+        return None
+    recorder = session.recorder
+    if recorder is not None and instrumented() is not recorder:
+        warnings.warn(
+            f"agentreplay is recording run {recorder.run_id}, but {framework} is not "
+            f"instrumented for it in this context: the {what}'s calls will not be recorded. "
+            f"Call {package}.instrument() before building the backends",
+            RuntimeWarning, stacklevel=4)  # the caller of the adapter's factory
+    return session.player
 
 
 def active_session() -> Session | None:

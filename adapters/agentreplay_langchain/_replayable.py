@@ -17,7 +17,6 @@ block; the environment's session opens at the first call that asks for it).
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 
 from langchain_core.embeddings import Embeddings
@@ -25,7 +24,8 @@ from langchain_core.language_models import BaseChatModel, BaseLLM
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.tools import BaseTool
 
-from agentreplay_core import Player, Session, active_session
+from agentreplay_core import Player, Recorder, active_session
+from agentreplay_core._session import replay_player
 from agentreplay_langchain._chat_model import ReplayChatModel
 from agentreplay_langchain._embeddings import EMBEDDINGS, RecordingEmbeddings, ReplayEmbeddings
 from agentreplay_langchain._instrument import active_instrumentation
@@ -35,26 +35,12 @@ from agentreplay_langchain._tools import replay_tools
 
 
 def _player(what: str) -> Player | None:
-    """The player of a replay session; None (after checking the recording) otherwise."""
-    session = active_session()
-    if session is None:
-        return None
-    if session.player is None:
-        _check_recorded(session, what)
-    return session.player
+    return replay_player(what, "LangChain", "agentreplay_langchain", _instrumented_for)
 
 
-def _check_recorded(session: Session, what: str) -> None:
-    recorder = session.recorder
-    if recorder is None:
-        return
+def _instrumented_for() -> Recorder | Player | None:
     current = active_instrumentation()
-    if current is None or current.target is not recorder:
-        warnings.warn(
-            f"agentreplay is recording run {recorder.run_id}, but LangChain is not instrumented "
-            f"for it in this context: the {what}'s calls will not be recorded. Call "
-            "agentreplay_langchain.instrument() before building the backends",
-            RuntimeWarning, stacklevel=4)
+    return current.target if current is not None else None
 
 
 def replayable_chat_model(live: BaseChatModel) -> BaseChatModel:

@@ -19,7 +19,6 @@ class); when the run recorded only one of its kind, that one. `name=` overrides 
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -27,7 +26,8 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.llms.llm import LLM
 from llama_index.core.tools.types import BaseTool
 
-from agentreplay_core import Player, Session, active_session
+from agentreplay_core import Player, Recorder
+from agentreplay_core._session import replay_player
 from agentreplay_llamaindex import _routing
 from agentreplay_llamaindex._recorded import recorded_names
 from agentreplay_llamaindex._replay_embedding import ReplayEmbedding
@@ -37,26 +37,12 @@ from agentreplay_llamaindex._replay_tools import replay_tools
 
 
 def _player(what: str) -> Player | None:
-    """The player of a replay session; None (after checking the recording) otherwise."""
-    session = active_session()
-    if session is None:
-        return None
-    if session.player is None:
-        _check_recorded(session, what)
-    return session.player
+    return replay_player(what, "LlamaIndex", "agentreplay_llamaindex", _instrumented_for)
 
 
-def _check_recorded(session: Session, what: str) -> None:
-    recorder = session.recorder
-    if recorder is None:
-        return
+def _instrumented_for() -> Recorder | Player | None:
     current = _routing.active()
-    if current is None or current.target is not recorder:
-        warnings.warn(
-            f"agentreplay is recording run {recorder.run_id}, but LlamaIndex is not "
-            f"instrumented for it in this context: the {what}'s calls will not be recorded. "
-            "Call agentreplay_llamaindex.instrument() before building the backends",
-            RuntimeWarning, stacklevel=4)
+    return current.target if current is not None else None
 
 
 def _recorded_as(player: Player, kind: str, name: str | None, own: str | None) -> str | None:
