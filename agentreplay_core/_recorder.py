@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from typing import Any, TypeVar, cast
 from uuid import UUID
 
-from agentreplay_core._codec import canonical_bytes, decode, encode, unencodable_marker
+from agentreplay_core._codec import canonical_bytes, encode, unencodable_marker
 from agentreplay_core._errors import SerializationError
 from agentreplay_core._integrity import GENESIS, chain_next, seal_checksum, step_payload
 from agentreplay_core._keys import (
@@ -26,6 +26,7 @@ from agentreplay_core._keys import (
 from agentreplay_core._model import RunStatus, Step, check_kind
 from agentreplay_core._recorded_errors import error_to_record
 from agentreplay_core._redact import Redactor
+from agentreplay_core._vectors import embedding_output, step_vectors
 from agentreplay_core._writer import SyncWriter, Writer, step_counts
 from agentreplay_core.stores._backend import EmbeddingRow, PendingStep, RunFinish
 
@@ -53,28 +54,6 @@ class RecordingStats:
     #: steps neither written, spooled nor lost when the run was sealed: still queued behind a
     #: stuck writer (written if it recovers before the process exits, else lost)
     pending: int = 0
-
-
-def _vectors(output: Any) -> list[list[float]]:
-    """The embedding vectors in an embedding step's output: one vector or a list of them."""
-    if isinstance(output, (list, tuple)) and output:
-        if all(isinstance(x, float) for x in output):
-            return [list(output)]
-        if all(isinstance(v, (list, tuple)) and v and all(isinstance(x, float) for x in v)
-               for v in output):
-            return [list(v) for v in output]
-    return []
-
-
-def step_vectors(step: Step) -> list[list[float]]:
-    """The vectors a stored embedding step holds (none for other steps, failed ones, or an
-    output that cannot be rebuilt here, which held no searchable vector either)."""
-    if step.kind != "embedding" or step.is_error:
-        return []
-    try:
-        return _vectors(decode(step.output, restore_objects=False))
-    except Exception:
-        return []
 
 
 class Recorder:
@@ -155,10 +134,10 @@ class Recorder:
         duration_ms: float,
     ) -> int | None:
         encoded_in = self._encode(input, "input")
-        encoded_out = self._encode(output, "output")
+        embedded = embedding_output(output) if kind == "embedding" and not is_error else None
+        encoded_out, vectors = embedded or (self._encode(output, "output"), [])
         if self.redactor is not None:
             (encoded_in, encoded_out), _ = self.redactor.redact_trees((encoded_in, encoded_out))
-        vectors = _vectors(output) if kind == "embedding" and not is_error else []
         return self._append(kind, name, encoded_in, encoded_out, is_error, path, match_key,
                             started_at, duration_ms, vectors, caller_key=True)
 

@@ -20,8 +20,8 @@ from uuid import UUID
 from agentreplay_core._errors import IntegrityError, RunNotFound, StoreError
 from agentreplay_core._integrity import VerifyReport
 from agentreplay_core._model import Run, Step
-from agentreplay_core._recorder import step_vectors
 from agentreplay_core._store import Store
+from agentreplay_core._vectors import step_vectors
 from agentreplay_core.stores._backend import EmbeddingRow
 from agentreplay_core.stores._file import parse_run, pending_from_step, run_line, step_line
 
