@@ -22,6 +22,7 @@ names the key that verified a run by its `key_id`, never the key itself. See SEC
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import os
@@ -32,6 +33,7 @@ from uuid import UUID
 import orjson
 
 from agentreplay_core._codec import canonical_bytes
+from agentreplay_core._hashing import chained
 from agentreplay_core._model import Run, RunStatus, Step
 
 GENESIS = hashlib.sha256(b"agentreplay/chain/v1").digest()
@@ -84,24 +86,33 @@ def step_payload(
         (
             b'{"input":', input_json,
             b',"is_error":', b"true" if is_error else b"false",
-            b',"kind":', orjson.dumps(kind),
+            b',"kind":', _label_json(kind),
             b',"match_key":', orjson.dumps(match_key),
-            b',"name":', orjson.dumps(name),
+            b',"name":', _label_json(name),
             b',"output":', output_json,
-            b',"path":', orjson.dumps(path),
-            b',"run_id":', orjson.dumps(str(run_id)),
+            b',"path":', _label_json(path),
+            b',"run_id":', _run_json(run_id),
             b',"step":', str(step).encode(),
             b"}",
         )
     )
 
 
+# A run's steps repeat the same few kinds, names and paths: their JSON is made once.
+@functools.lru_cache(maxsize=4096)
+def _label_json(label: str) -> bytes:
+    return orjson.dumps(label)
+
+
+@functools.lru_cache(maxsize=256)
+def _run_json(run_id: UUID) -> bytes:
+    return orjson.dumps(str(run_id))
+
+
 def chain_next(previous: bytes, payload: bytes, key: bytes | None) -> bytes:
     """The next 32-byte chain digest."""
     # fed in two parts: `previous + payload` would copy a payload of any size once more
-    digest = hmac.new(key, previous, hashlib.sha256) if key else hashlib.sha256(previous)
-    digest.update(payload)
-    return digest.digest()
+    return chained(key, previous, payload)
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 from collections.abc import Iterable, Iterator
 from contextvars import ContextVar
 from typing import Any
@@ -11,6 +10,7 @@ from typing import Any
 import orjson
 
 from agentreplay_core._codec import canonical_bytes, encode
+from agentreplay_core._hashing import sha256
 
 _current_path: ContextVar[str] = ContextVar("agentreplay_path", default="")
 
@@ -34,7 +34,7 @@ def match_key_of_canonical(kind: str, name: str, request_json: bytes) -> str:
     first 32 hex digits."""
     payload = b"".join((b"[", orjson.dumps(kind), b",", orjson.dumps(name), b",",
                         request_json, b"]"))
-    return hashlib.sha256(payload).hexdigest()[:32]
+    return str(sha256(payload).hexdigest()[:32])
 
 
 def match_key_of_encoded(kind: str, name: str, encoded_request: Any) -> str:

@@ -37,6 +37,9 @@ T = TypeVar("T")
 MAX_VALUE_BYTES = 128 << 20
 
 
+_NO_VECTORS: list[EmbeddingRow] = []  # shared, never appended to
+
+
 @dataclass
 class _Outcome:
     value: Any = None
@@ -79,6 +82,14 @@ class Recorder:
         self.stats = RecordingStats()
         #: larger inputs/outputs (as canonical JSON) are stored as unencodable markers
         self.max_value_bytes = MAX_VALUE_BYTES
+        #: kinds already checked (a run uses a handful)
+        self._kinds: set[str] = set()
+
+    def _new_kind(self, kind: str) -> str:
+        checked = check_kind(kind)
+        if type(kind) is str and len(self._kinds) < 256:
+            self._kinds.add(kind)
+        return checked
 
     @property
     def step_count(self) -> int:
@@ -93,10 +104,8 @@ class Recorder:
             return unencodable_marker(value, exc)
 
     def _bounded(self, data: bytes, encoded: Any, where: str) -> bytes:
-        """`data`, or the canonical marker of a value refused for its size (the match key
-        was computed from `data` already, so replay still finds the step and says why)."""
-        if len(data) <= self.max_value_bytes:
-            return data
+        """The canonical marker of a value refused for its size (the match key was computed
+        from `data` already, so replay still finds the step and says why)."""
         self.stats.unencodable += 1
         error = SerializationError(
             f"{len(data):,} bytes of JSON, more than max_value_bytes={self.max_value_bytes:,} "
@@ -161,7 +170,7 @@ class Recorder:
         path: str | None, match_key: str | None, started_at: datetime | None,
         duration_ms: float, vectors: list[list[float]], *, caller_key: bool = False,
     ) -> int | None:
-        kind = check_kind(kind)
+        kind = kind if kind in self._kinds else self._new_kind(kind)
         name = clean_label(name)
         if self._closed:
             self.stats.internal_errors += 1
@@ -175,8 +184,11 @@ class Recorder:
             # hash of the request could be used to test guesses of a weak password
             match_key = self.redactor.rekey(match_key)
         key = match_key or match_key_of_canonical(kind, name, input_json)
-        input_json = self._bounded(input_json, encoded_in, "input")
-        output_json = self._bounded(output_json, encoded_out, "output")
+        limit = self.max_value_bytes
+        if len(input_json) > limit:
+            input_json = self._bounded(input_json, encoded_in, "input")
+        if len(output_json) > limit:
+            output_json = self._bounded(output_json, encoded_out, "output")
         where = clean_label(join_path(current_path(), f"{kind}:{name}") if path is None
                             else path)
         started = started_at or datetime.now(timezone.utc)
@@ -191,7 +203,8 @@ class Recorder:
             pending = PendingStep(self.run_id, number, kind, name, key, where, input_json,
                                   output_json, is_error, started, float(duration_ms),
                                   digest.hex())
-            embeddings = [EmbeddingRow(self.run_id, number, i, v) for i, v in enumerate(vectors)]
+            embeddings = [EmbeddingRow(self.run_id, number, i, v)
+                          for i, v in enumerate(vectors)] if vectors else _NO_VECTORS
             self._previous = digest
             self._next_step = number + 1
             self.stats.steps += 1

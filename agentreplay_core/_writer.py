@@ -6,9 +6,10 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
-import queue
 import threading
+import time
 import weakref
+from collections import deque
 from collections.abc import Sequence
 from typing import Literal, Union
 from uuid import UUID
@@ -71,23 +72,33 @@ def _drain_all_at_exit() -> None:
 class BatchedWriter:
     """A background thread that writes rows in batches; the queue is bounded (backpressure).
 
-    Rows are written as soon as the thread is free: a batch is whatever accumulated while the
-    previous one was being written, so latency stays low when the load is light and batches
-    grow when it is heavy.
+    Recording threads only append to a deque. The writer is woken once per burst, not once per
+    row: while rows keep coming it lingers `linger` seconds between batches, so that a burst
+    becomes one batch and the recording thread does not pay a thread switch per step. Control
+    items (a flush barrier, a seal, stop) wake it at once. When the load is light a row waits
+    at most `linger` before its batch starts; when it is heavy batches grow up to `max_batch`.
     """
 
     def __init__(self, sink: Sink, *, max_queue: int = 10_000, max_batch: int = 1_000,
-                 put_timeout: float = 10.0) -> None:
+                 put_timeout: float = 10.0, linger: float = 0.002) -> None:
         self.sink = sink
         self.max_batch = max_batch
+        self.max_queue = max_queue
         #: how long a recording thread waits for room in a full queue before its row is
         #: spooled in its own thread instead (the database is stuck, not merely slow)
         self.put_timeout = put_timeout
+        self.linger = linger
         # After one put timed out the writer is stuck: later rows spool at once instead of
         # each waiting `put_timeout`, until the writer is seen making progress again.
         self._stalled_at: int | None = None
         self._progress = 0
-        self._queue: queue.Queue[_Item] = queue.Queue(maxsize=max_queue)
+        # deque.append and popleft are atomic: no lock on the recording path
+        self._items: deque[_Item] = deque()
+        self._wake = threading.Event()
+        self._room = threading.Condition()
+        self._idle = False
+        #: a flush, seal or stop is queued: write without lingering
+        self._urgent = False
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="agentreplay-writer", daemon=True)
         self._thread.start()
@@ -97,23 +108,41 @@ class BatchedWriter:
     # that still arrive are written in the caller's thread instead of blocking it forever.
 
     def _put(self, item: _Item) -> bool:
-        """Queue an item, waiting at most `put_timeout` for room; False if it did not fit."""
+        """Queue an item, waiting at most `put_timeout` for room; False if it did not fit.
+
+        Only rows count against `max_queue`: a barrier or a seal always fits."""
         if self._closed:
             return False
+        if item[0] != "step":
+            self._urgent = True
+            self._items.append(item)
+            self._wake.set()
+            return True
         if self._stalled_at is not None and self._stalled_at != self._progress:
             self._stalled_at = None
-        try:
-            if self._stalled_at is not None:
-                self._queue.put_nowait(item)
-            else:
-                self._queue.put(item, timeout=self.put_timeout)
-            return True
-        except queue.Full:
+        if len(self._items) >= self.max_queue and not self._wait_for_room():
             if self._stalled_at is None:
                 log.error("agentreplay: the writer's queue stayed full for %ss; spooling in "
                           "the recording thread until it catches up", self.put_timeout)
                 self._stalled_at = self._progress
             return False
+        self._items.append(item)
+        if self._idle:  # the writer sleeps until woken; when busy it comes back by itself
+            self._wake.set()
+        return True
+
+    def _wait_for_room(self) -> bool:
+        if self._stalled_at is not None:
+            return False
+        deadline = time.monotonic() + self.put_timeout
+        with self._room:
+            while len(self._items) >= self.max_queue:
+                self._wake.set()
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not self._thread.is_alive():
+                    return False
+                self._room.wait(min(remaining, 0.1))
+        return True
 
     def submit_run(self, run: Run) -> None:
         if not self._put(("run", run)):
@@ -138,14 +167,11 @@ class BatchedWriter:
     def wait_durable(self, timeout: float | None = None) -> bool:
         """Block until everything submitted so far is written (or spooled)."""
         if self._closed or not self._thread.is_alive():
-            return self._queue.empty()
+            return not self._items
         if self._stalled_at is not None and self._stalled_at == self._progress:
             return False  # stuck: do not wait for it
         done = threading.Event()
-        try:
-            self._queue.put(("barrier", done), timeout=timeout)
-        except queue.Full:
-            return False
+        self._put(("barrier", done))
         return done.wait(timeout)
 
     def close(self, timeout: float | None = None) -> None:
@@ -154,20 +180,41 @@ class BatchedWriter:
         self._closed = True
         if self._thread.is_alive():
             done = threading.Event()
-            with contextlib.suppress(queue.Full):  # then the wait below reports it
-                self._queue.put(("stop", done), timeout=timeout)
+            self._urgent = True
+            self._items.append(("stop", done))
+            self._wake.set()
             if not done.wait(timeout):
                 log.error("agentreplay: writer did not drain within %ss; rows may be lost", timeout)
         self.sink.flush_spooled()
 
+    def _take(self) -> list[_Item]:
+        """The next batch; sleeps while there is nothing to do."""
+        items = self._items
+        if not items:
+            self._idle = True
+            if not items:  # checked again after `_idle` is visible: no wake-up can be missed
+                self._wake.wait()
+            self._idle = False
+        self._wake.clear()
+        if not self._urgent and len(items) < self.max_batch and self.linger > 0:
+            # the first rows of a burst: let the rest join them in one batch (a flush, a
+            # seal or stop cuts the wait short)
+            self._wake.wait(self.linger)
+            self._wake.clear()
+        self._urgent = False
+        batch: list[_Item] = []
+        with contextlib.suppress(IndexError):
+            while len(batch) < self.max_batch:
+                batch.append(items.popleft())
+        with self._room:
+            self._room.notify_all()
+        return batch
+
     def _run(self) -> None:
         while True:
-            items = [self._queue.get()]
-            try:
-                while len(items) < self.max_batch:
-                    items.append(self._queue.get_nowait())
-            except queue.Empty:
-                pass
+            items = self._take()
+            if not items:
+                continue
             stop = self._process(items)
             self._progress += 1
             if stop:

@@ -13,6 +13,8 @@ from datetime import datetime, timezone
 from typing import Any, TypeVar, cast
 from uuid import UUID
 
+import orjson
+
 from agentreplay_core import Recorder, SerializationError, encode
 from agentreplay_core._recorded_errors import error_to_record
 from agentreplay_langchain._convert import (
@@ -30,6 +32,10 @@ F = TypeVar("F", bound=Callable[..., None])
 #: step names of model calls; the replay models use the same ones whatever the original class
 CHAT_MODEL = "chat_model"
 TEXT_LLM = "llm"
+#: orjson refuses what it would otherwise turn into a string (dataclasses, datetimes, str/int/
+#: dict subclasses) instead of converting it
+_NATIVE_ONLY = (orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
+                | orjson.OPT_PASSTHROUGH_SUBCLASS)
 
 
 @dataclass
@@ -47,6 +53,11 @@ class _Call:
 def _plain(value: Any) -> Any:
     """`value` if the core can store it, else its repr: side information (model parameters)
     must never make the result it travels with unstorable."""
+    try:  # what orjson takes natively the core encodes too: usually no trial encode at all
+        orjson.dumps(value, option=_NATIVE_ONLY)
+        return value
+    except (TypeError, orjson.JSONEncodeError):
+        pass
     try:
         encode(value)
     except SerializationError:
