@@ -15,29 +15,26 @@ from uuid import UUID
 
 from agentreplay_core._codec import canonical_bytes, encode, unencodable_marker
 from agentreplay_core._errors import SerializationError
-from agentreplay_core._integrity import GENESIS, chain_next, seal_checksum, step_payload
+from agentreplay_core._integrity import seal_checksum
 from agentreplay_core._keys import (
     at_path,
     clean_label,
     current_path,
     join_path,
-    match_key_of_canonical,
 )
 from agentreplay_core._model import RunStatus, Step, check_kind
 from agentreplay_core._recorded_errors import error_to_record
 from agentreplay_core._redact import Redactor
+from agentreplay_core._step_chain import Captured, StepChain
 from agentreplay_core._vectors import embedding_output, step_vectors
 from agentreplay_core._writer import SyncWriter, Writer, step_counts
-from agentreplay_core.stores._backend import EmbeddingRow, PendingStep, RunFinish
+from agentreplay_core.stores._backend import RunFinish
 
 log = logging.getLogger("agentreplay")
 T = TypeVar("T")
 #: default `Recorder.max_value_bytes`: 128 MiB of canonical JSON, half of what PostgreSQL's
 #: jsonb holds, and a bound on what one step may cost the recording process in memory
 MAX_VALUE_BYTES = 128 << 20
-
-
-_NO_VECTORS: list[EmbeddingRow] = []  # shared, never appended to
 
 
 @dataclass
@@ -75,7 +72,7 @@ class Recorder:
         self.redactor = redactor
         self._lock = threading.Lock()
         self._next_step = 1
-        self._previous = GENESIS
+        self._chain = StepChain(self, hmac_key)
         self._closed = False
         # sync rows are committed outside the lock, so threads do not queue behind each commit
         self._sync = isinstance(writer, SyncWriter)
@@ -103,7 +100,7 @@ class Recorder:
             log.warning("agentreplay: run %s: %s; stored as unencodable", self.run_id, exc)
             return unencodable_marker(value, exc)
 
-    def _bounded(self, data: bytes, encoded: Any, where: str) -> bytes:
+    def too_big(self, data: bytes, encoded: Any, where: str) -> bytes:
         """The canonical marker of a value refused for its size (the match key was computed
         from `data` already, so replay still finds the step and says why)."""
         self.stats.unencodable += 1
@@ -145,8 +142,6 @@ class Recorder:
         encoded_in = self._encode(input, "input")
         embedded = embedding_output(output) if kind == "embedding" and not is_error else None
         encoded_out, vectors = embedded or (self._encode(output, "output"), [])
-        if self.redactor is not None:
-            (encoded_in, encoded_out), _ = self.redactor.redact_trees((encoded_in, encoded_out))
         return self._append(kind, name, encoded_in, encoded_out, is_error, path, match_key,
                             started_at, duration_ms, vectors, caller_key=True)
 
@@ -154,12 +149,9 @@ class Recorder:
         """Store a recorded step again, as stored (into a forked run): values that cannot be
         rebuilt here still copy exactly. Never raises, like `record`."""
         try:
-            vectors = step_vectors(step)
-            stored_in, stored_out = step.input, step.output
-            if self.redactor is not None:  # a replay given secrets= holds them again
-                (stored_in, stored_out), _ = self.redactor.redact_trees((stored_in, stored_out))
-            return self._append(step.kind, step.name, stored_in, stored_out, step.is_error,
-                                step.path, step.match_key, None, 0.0, vectors)
+            # redacted again when chained: a replay given secrets= holds them again
+            return self._append(step.kind, step.name, step.input, step.output, step.is_error,
+                                step.path, step.match_key, None, 0.0, step_vectors(step))
         except Exception:
             self.stats.internal_errors += 1
             log.exception("agentreplay: run %s: failed to copy step %s", self.run_id, step.step)
@@ -170,48 +162,29 @@ class Recorder:
         path: str | None, match_key: str | None, started_at: datetime | None,
         duration_ms: float, vectors: list[list[float]], *, caller_key: bool = False,
     ) -> int | None:
+        """Number the step and queue it; its row is made by `StepChain`, in step order."""
         kind = kind if kind in self._kinds else self._new_kind(kind)
-        name = clean_label(name)
-        if self._closed:
-            self.stats.internal_errors += 1
-            log.error("agentreplay: run %s is sealed; a late %s step was dropped", self.run_id,
-                      kind)
-            return None
-        input_json = canonical_bytes(encoded_in)
-        output_json = canonical_bytes(encoded_out)
-        if caller_key and match_key and self.redactor is not None and b"<secret:" in input_json:
-            # a key the caller computed over a request that holds secrets: keyed, as a plain
-            # hash of the request could be used to test guesses of a weak password
-            match_key = self.redactor.rekey(match_key)
-        key = match_key or match_key_of_canonical(kind, name, input_json)
-        limit = self.max_value_bytes
-        if len(input_json) > limit:
-            input_json = self._bounded(input_json, encoded_in, "input")
-        if len(output_json) > limit:
-            output_json = self._bounded(output_json, encoded_out, "output")
+        # the path is the caller's context: it must be read here, on the caller's thread
         where = clean_label(join_path(current_path(), f"{kind}:{name}") if path is None
                             else path)
-        started = started_at or datetime.now(timezone.utc)
         with self._lock:
+            if self._closed:
+                self.stats.internal_errors += 1
+                log.error("agentreplay: run %s is sealed; a late %s step was dropped",
+                          self.run_id, kind)
+                return None
             number = self._next_step
-            digest = chain_next(
-                self._previous,
-                step_payload(self.run_id, number, kind, name, key, where, input_json,
-                             output_json, is_error),
-                self._key,
-            )
-            pending = PendingStep(self.run_id, number, kind, name, key, where, input_json,
-                                  output_json, is_error, started, float(duration_ms),
-                                  digest.hex())
-            embeddings = [EmbeddingRow(self.run_id, number, i, v)
-                          for i, v in enumerate(vectors)] if vectors else _NO_VECTORS
-            self._previous = digest
             self._next_step = number + 1
             self.stats.steps += 1
-            if not self._sync:
-                self._writer.submit(pending, embeddings)
-        if self._sync:
-            self._writer.submit(pending, embeddings)
+            step = Captured(self._chain, number, kind, clean_label(name), where, encoded_in,
+                            encoded_out, is_error, match_key, caller_key,
+                            started_at or datetime.now(timezone.utc), float(duration_ms),
+                            vectors)
+            self._chain.add(step)
+            if not self._sync:  # queued in step order
+                self._writer.submit(step)
+        if self._sync:  # committed outside the lock: threads do not queue behind each commit
+            self._writer.submit(step)
         return number
 
     @property
@@ -270,7 +243,7 @@ class Recorder:
                 return
             self._closed = True
             count = self._next_step - 1
-            head = seal_checksum(self.run_id, status, count, self._previous, self._key)
+        head = seal_checksum(self.run_id, status, count, self._chain.settle_all(), self._key)
         self._writer.submit_finish(RunFinish(self.run_id, status, count, head,
                                              datetime.now(timezone.utc)))
         if not self._writer.wait_durable(timeout):

@@ -11,7 +11,7 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Sequence
-from typing import Literal, Union
+from typing import Literal, Protocol, Union
 from uuid import UUID
 
 from agentreplay_core._model import Run
@@ -30,6 +30,12 @@ def check_durability(value: str) -> Durability:
     return value  # type: ignore[return-value]
 
 
+class Settleable(Protocol):
+    """A recorded step whose row may still have to be made (see `StepChain`)."""
+
+    def settle(self) -> tuple[PendingStep, Sequence[EmbeddingRow]]: ...
+
+
 class SyncWriter:
     """Each call returns once its row is committed (or spooled)."""
 
@@ -39,8 +45,9 @@ class SyncWriter:
     def submit_run(self, run: Run) -> None:
         self.sink.write_run(run)
 
-    def submit(self, step: PendingStep, embeddings: Sequence[EmbeddingRow]) -> None:
-        self.sink.write_rows([step], embeddings)
+    def submit(self, step: Settleable) -> None:
+        row, embeddings = step.settle()
+        self.sink.write_rows([row], embeddings)
 
     def submit_finish(self, finish: RunFinish) -> None:
         self.sink.write_finish(finish)
@@ -54,7 +61,7 @@ class SyncWriter:
 
 _Item = Union[  # noqa: UP007 - a runtime alias; `|` between tuple types needs 3.10+ anyway
     tuple[Literal["run"], Run],
-    tuple[Literal["step"], PendingStep, Sequence[EmbeddingRow]],
+    tuple[Literal["step"], Settleable],
     tuple[Literal["finish"], RunFinish],
     tuple[Literal["barrier"], threading.Event],
     tuple[Literal["stop"], threading.Event],
@@ -148,13 +155,14 @@ class BatchedWriter:
         if not self._put(("run", run)):
             self.sink.write_run(run)
 
-    def submit(self, step: PendingStep, embeddings: Sequence[EmbeddingRow]) -> None:
-        if self._put(("step", step, embeddings)):
+    def submit(self, step: Settleable) -> None:
+        if self._put(("step", step)):
             return
+        row, embeddings = step.settle()
         if self._closed:
-            self.sink.write_rows([step], embeddings)
+            self.sink.write_rows([row], embeddings)
         else:
-            self.sink.spool_rows([step], embeddings)
+            self.sink.spool_rows([row], embeddings)
 
     def submit_finish(self, finish: RunFinish) -> None:
         if self._put(("finish", finish)):
@@ -236,8 +244,13 @@ class BatchedWriter:
         stop: threading.Event | None = None
         for item in items:
             if item[0] == "step":
-                steps.append(item[1])
-                vectors.extend(item[2])
+                try:
+                    row, embeddings = item[1].settle()
+                except Exception:  # settle never raises; this is a last line of defence
+                    log.exception("agentreplay: writer could not prepare a step")
+                    continue
+                steps.append(row)
+                vectors.extend(embeddings)
                 continue
             flush_steps()
             if item[0] == "run":

@@ -1,0 +1,146 @@
+"""A run's hash chain: captured steps become stored rows in step order, on whichever thread
+needs them first.
+
+Recording a step on the agent's thread only copies its values (`encode` builds a fresh tree
+that nothing else holds) and numbers it. Redaction, the canonical bytes, the match key and the
+chain digest are computed later, usually by the batched writer's thread while the agent waits
+on its next model call. Any thread that needs a row first (the writer, a caller whose row must
+be spooled at once, the seal) settles every earlier step of the run too, under one lock, so
+the chain is always computed in step order.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from agentreplay_core._codec import canonical_bytes, unencodable_marker
+from agentreplay_core._errors import SerializationError
+from agentreplay_core._integrity import GENESIS, chain_next, step_payload
+from agentreplay_core._keys import match_key_of_canonical
+from agentreplay_core.stores._backend import EmbeddingRow, PendingStep
+
+if TYPE_CHECKING:
+    from agentreplay_core._recorder import Recorder
+
+log = logging.getLogger("agentreplay")
+
+
+@dataclass(eq=False)
+class Captured:
+    """A numbered step whose row is not made yet."""
+
+    chain: StepChain
+    number: int
+    kind: str
+    name: str
+    path: str
+    #: encoded trees only this step holds (dropped once the row is made)
+    encoded_in: Any
+    encoded_out: Any
+    is_error: bool
+    match_key: str | None
+    #: the match key came from the code that recorded the step (rekeyed if it saw secrets)
+    caller_key: bool
+    started: datetime
+    duration_ms: float
+    vectors: list[list[float]]
+    row: PendingStep | None = None
+    embeddings: list[EmbeddingRow] = field(default_factory=list)
+
+    def settle(self) -> tuple[PendingStep, list[EmbeddingRow]]:
+        """The stored row and its vectors (made now, with every earlier step's, if need be)."""
+        if self.row is None:
+            self.chain.settle(self)
+        if self.row is None:  # only if the chain lost track of it: a bug, said loudly
+            raise RuntimeError(f"step {self.number} of run {self.chain.run_id} was never chained")
+        return self.row, self.embeddings
+
+
+class StepChain:
+    """Makes the rows of one recorder's steps, in step order."""
+
+    def __init__(self, recorder: Recorder, hmac_key: bytes | None) -> None:
+        self.run_id: UUID = recorder.run_id
+        self._recorder = recorder
+        self._key = hmac_key
+        self._lock = threading.Lock()
+        self._waiting: deque[Captured] = deque()
+        self.head = GENESIS
+
+    def add(self, step: Captured) -> None:
+        """Queue a step; the recorder calls this in step order (under its own lock)."""
+        self._waiting.append(step)
+
+    def settle(self, target: Captured) -> None:
+        with self._lock:
+            while target.row is None and self._waiting:
+                self._settle(self._waiting.popleft())
+
+    def settle_all(self) -> bytes:
+        """Make every queued step's row; the digest of the last step (for the seal)."""
+        with self._lock:
+            while self._waiting:
+                self._settle(self._waiting.popleft())
+            return self.head
+
+    def _settle(self, step: Captured) -> None:
+        try:
+            input_json, output_json, key = self._stored(step)
+        except Exception as exc:  # never leave a hole in the chain: store why instead
+            self._recorder.stats.internal_errors += 1
+            log.exception("agentreplay: run %s: failed to prepare step %s", self.run_id,
+                          step.number)
+            input_json, output_json, key = self._failed(step, exc)
+        digest = chain_next(
+            self.head,
+            step_payload(self.run_id, step.number, step.kind, step.name, key, step.path,
+                         input_json, output_json, step.is_error),
+            self._key,
+        )
+        step.row = PendingStep(self.run_id, step.number, step.kind, step.name, key, step.path,
+                               input_json, output_json, step.is_error, step.started,
+                               step.duration_ms, digest.hex())
+        if step.vectors:
+            step.embeddings = [EmbeddingRow(self.run_id, step.number, i, v)
+                               for i, v in enumerate(step.vectors)]
+        step.encoded_in = step.encoded_out = None
+        self.head = digest
+
+    def _stored(self, step: Captured) -> tuple[bytes, bytes, str]:
+        """Redacted canonical input and output, and the match key."""
+        recorder = self._recorder
+        redactor = recorder.redactor
+        encoded_in, encoded_out = step.encoded_in, step.encoded_out
+        if redactor is not None:
+            (encoded_in, encoded_out), _ = redactor.redact_trees((encoded_in, encoded_out))
+        input_json = canonical_bytes(encoded_in)
+        output_json = canonical_bytes(encoded_out)
+        key = step.match_key
+        if step.caller_key and key and redactor is not None and b"<secret:" in input_json:
+            # a key the caller computed over a request that holds secrets: keyed, as a plain
+            # hash of the request could be used to test guesses of a weak password
+            key = redactor.rekey(key)
+        key = key or match_key_of_canonical(step.kind, step.name, input_json)
+        limit = recorder.max_value_bytes
+        if len(input_json) > limit:
+            input_json = recorder.too_big(input_json, encoded_in, "input")
+        if len(output_json) > limit:
+            output_json = recorder.too_big(output_json, encoded_out, "output")
+        return input_json, output_json, key
+
+    def _failed(self, step: Captured, exc: Exception) -> tuple[bytes, bytes, str]:
+        self._recorder.stats.unencodable += 1
+        markers = []
+        for where in ("input", "output"):
+            error = SerializationError(
+                f"agentreplay failed to prepare this step for storage ({type(exc).__name__}: "
+                f"{exc}); nothing of its {where} was stored", path=where, type_name="step")
+            markers.append(canonical_bytes(unencodable_marker("(not stored)", error)))
+        key = step.match_key or match_key_of_canonical(step.kind, step.name, markers[0])
+        return markers[0], markers[1], key
