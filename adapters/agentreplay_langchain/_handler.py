@@ -8,7 +8,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, TypeVar, cast
 from uuid import UUID
@@ -38,16 +37,21 @@ _NATIVE_ONLY = (orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETI
                 | orjson.OPT_PASSTHROUGH_SUBCLASS)
 
 
-@dataclass
 class _Call:
-    kind: str
-    name: str
-    request: Any
-    path: str
-    started: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
-    t0: float = field(default_factory=time.perf_counter)
-    chunks: list[Any] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    """A model, tool or retriever call between its start and end callbacks."""
+
+    __slots__ = ("chunks", "extra", "kind", "name", "path", "request", "started", "t0")
+
+    def __init__(self, kind: str, name: str, request: Any, path: str,
+                 extra: dict[str, Any] | None = None) -> None:
+        self.kind = kind
+        self.name = name
+        self.request = request
+        self.path = path
+        self.extra = extra if extra is not None else {}
+        self.started = datetime.now(timezone.utc)
+        self.t0 = time.perf_counter()
+        self.chunks: list[Any] | None = None
 
 
 def _plain(value: Any) -> Any:

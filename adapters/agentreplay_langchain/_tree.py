@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
@@ -25,15 +24,20 @@ _POSITIONAL = re.compile(r"^[a-z_]+:[a-z_]+:")
 #: runs inside which the core's current path follows the run tree: what is recorded inside
 #: them (an embedding call, a model's own clock or random reads) is replayed with them
 _BOUNDARY_TYPES = frozenset({"tool", "retriever", "chat_model", "llm"})
+_NO_TAGS: frozenset[str] = frozenset()
 
 
-@dataclass
 class _Node:
-    path: str
-    tags: frozenset[str]
-    counts: dict[str, int] = field(default_factory=dict)
-    #: the core's current path before this run set it (boundary runs only)
-    previous: str | None = None
+    """A run seen starting: its path, tags, children's counts and the path it replaced."""
+
+    __slots__ = ("counts", "path", "previous", "tags")
+
+    def __init__(self, path: str, tags: frozenset[str]) -> None:
+        self.path = path
+        self.tags = tags
+        self.counts: dict[str, int] = {}
+        #: the core's current path before this run set it (boundary runs only)
+        self.previous: str | None = None
 
 
 def run_name(run_type: str, serialized: dict[str, Any] | None, kwargs: dict[str, Any]) -> str:
@@ -93,11 +97,12 @@ class RunTreeTracker(BaseCallbackHandler):
     def _enter(self, run_type: str, serialized: dict[str, Any] | None, run_id: UUID,
                parent_run_id: UUID | None, tags: Sequence[str] | None,
                kwargs: dict[str, Any]) -> str:
-        own_tags = frozenset(tags or ())
+        own_tags = frozenset(tags) if tags else _NO_TAGS
         with self._tree_lock:
             parent = self._nodes.get(parent_run_id) if parent_run_id else None
-            inherited = parent.tags if parent else frozenset()
-            positional = sorted(t for t in own_tags - inherited if _POSITIONAL.match(t))
+            inherited = parent.tags if parent else _NO_TAGS
+            positional = sorted(t for t in own_tags - inherited if _POSITIONAL.match(t)) \
+                if own_tags else []
             segment = f"{run_type}:{run_name(run_type, serialized, kwargs)}"
             call_id = kwargs.get("tool_call_id") if run_type == "tool" else None
             if call_id:  # given to on_tool_start from langchain-core 1.2; stable under replay
