@@ -9,18 +9,15 @@ from uuid import UUID
 
 from agentreplay_core._codec import loads
 from agentreplay_core._errors import RunNotFound, StoreError
-from agentreplay_core._model import Run, RunStatus, Step
+from agentreplay_core._model import Run, RunStatus, Step, loaded_step
 from agentreplay_core.stores._backend import EmbeddingRow, PendingStep, RunFinish, StoreBackend
 
 
 def step_from_pending(row: PendingStep) -> Step:
     """A loaded `Step` from a stored row (parsing the JSON exactly as other backends do)."""
-    return Step.model_construct(
-        run_id=row.run_id, step=row.step, kind=row.kind, name=row.name,
-        match_key=row.match_key, path=row.path, input=loads(row.input_json),
-        output=loads(row.output_json), is_error=row.is_error, started_at=row.started_at,
-        duration_ms=row.duration_ms, checksum=row.checksum,
-    )
+    return loaded_step(row.run_id, row.step, row.kind, row.name, row.match_key, row.path,
+                       loads(row.input_json), loads(row.output_json), row.is_error,
+                       row.started_at, row.duration_ms, row.checksum)
 
 
 def filter_runs(
