@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from agentreplay_core._codec import canonical_bytes, unencodable_marker
+from agentreplay_core._delta import DeltaEncoder
 from agentreplay_core._errors import SerializationError
 from agentreplay_core._integrity import GENESIS, chain_next, step_payload
 from agentreplay_core._keys import match_key_of_canonical
@@ -71,6 +72,7 @@ class StepChain:
         self._key = hmac_key
         self._lock = threading.Lock()
         self._waiting: deque[Captured] = deque()
+        self._deltas = DeltaEncoder()
         self.head = GENESIS
 
     def add(self, step: Captured) -> None:
@@ -91,12 +93,13 @@ class StepChain:
 
     def _settle(self, step: Captured) -> None:
         try:
-            input_json, output_json, key = self._stored(step)
+            input_json, output_json, key, stored_in = self._stored(step)
         except Exception as exc:  # never leave a hole in the chain: store why instead
             self._recorder.stats.internal_errors += 1
             log.exception("agentreplay: run %s: failed to prepare step %s", self.run_id,
                           step.number)
             input_json, output_json, key = self._failed(step, exc)
+            stored_in = None
         digest = chain_next(
             self.head,
             step_payload(self.run_id, step.number, step.kind, step.name, key, step.path,
@@ -105,15 +108,16 @@ class StepChain:
         )
         step.row = PendingStep(self.run_id, step.number, step.kind, step.name, key, step.path,
                                input_json, output_json, step.is_error, step.started,
-                               step.duration_ms, digest.hex())
+                               step.duration_ms, digest.hex(), stored_in)
         if step.vectors:
             step.embeddings = [EmbeddingRow(self.run_id, step.number, i, v)
                                for i, v in enumerate(step.vectors)]
         step.encoded_in = step.encoded_out = None
         self.head = digest
 
-    def _stored(self, step: Captured) -> tuple[bytes, bytes, str]:
-        """Redacted canonical input and output, and the match key."""
+    def _stored(self, step: Captured) -> tuple[bytes, bytes, str, bytes | None]:
+        """Redacted canonical input and output, the match key, and the input's compact stored
+        form when it repeats an earlier step's conversation (see `DeltaEncoder`)."""
         recorder = self._recorder
         redactor = recorder.redactor
         encoded_in, encoded_out = step.encoded_in, step.encoded_out
@@ -128,11 +132,16 @@ class StepChain:
             key = redactor.rekey(key)
         key = key or match_key_of_canonical(step.kind, step.name, input_json)
         limit = recorder.max_value_bytes
-        if len(input_json) > limit:
+        whole_in = len(input_json) <= limit
+        if not whole_in:
             input_json = recorder.too_big(input_json, encoded_in, "input")
         if len(output_json) > limit:
             output_json = recorder.too_big(output_json, encoded_out, "output")
-        return input_json, output_json, key
+        # the last thing that can fail: the encoder takes a step as a base only once it is kept
+        stored_in = self._deltas.stored_input(step.number, step.kind, step.name,
+                                              encoded_in if whole_in else None, input_json,
+                                              output_json)
+        return input_json, output_json, key, stored_in
 
     def _failed(self, step: Captured, exc: Exception) -> tuple[bytes, bytes, str]:
         self._recorder.stats.unencodable += 1

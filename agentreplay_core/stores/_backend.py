@@ -21,6 +21,9 @@ class PendingStep:
 
     `input_json` / `output_json` are the canonical JSON bytes of `input` / `output` (the encoded
     trees), computed once by the recorder for the checksum and reused as the stored text.
+    `stored_input_json`, when set, is what a backend that resolves it on load (PostgreSQL)
+    stores instead of `input_json`: a delta on an earlier step (`agentreplay_core._delta`).
+    Other backends, and the spool, ignore it and keep the logical input.
     """
 
     run_id: UUID
@@ -35,6 +38,7 @@ class PendingStep:
     started_at: datetime
     duration_ms: float
     checksum: str
+    stored_input_json: bytes | None = None
 
 
 @dataclass(slots=True)

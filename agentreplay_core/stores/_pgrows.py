@@ -7,34 +7,44 @@ cannot be decoded at all raises, as a `StoreError` naming its run (and step).
 
 from __future__ import annotations
 
+import functools
 import gc
 import math
+import struct
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
+from uuid import UUID
 
 import psycopg
 from psycopg.types.json import Jsonb
 
 from agentreplay_core import _codec
+from agentreplay_core._delta import DeltaResolver
 from agentreplay_core._errors import StoreError
-from agentreplay_core._model import Run, RunStatus, Step
+from agentreplay_core._model import Run, RunStatus, Step, loaded_step
 from agentreplay_core.stores import _sql
 from agentreplay_core.stores._backend import PendingStep
 
 __all__ = [
     "MAX_VECTOR_DIMS",
     "ODD_METADATA_KEY",
+    "binary_step_rows",
+    "binary_vector_rows",
     "fetch_rows",
     "gc_paused",
     "run_from_row",
     "step_from_row",
     "step_values",
+    "vector_binary",
     "vector_text",
 ]
 
 MAX_VECTOR_DIMS = 16_000  # pgvector's limit for the `vector` type
 _FLOAT32_MAX = 3.4028234663852886e38
+_F32_MAX_BE = struct.pack(">f", _FLOAT32_MAX)
+_F32_MIN_BE = struct.pack(">f", -_FLOAT32_MAX)
 #: where a `runs.metadata` value that is not a JSON object (or not parseable) is kept
 ODD_METADATA_KEY = "invalid_metadata"
 #: what converting a fetched value can raise (UnicodeDecodeError is a ValueError)
@@ -47,12 +57,39 @@ _CHANGED_HINT = (
 
 def vector_text(vector: Sequence[float]) -> str | None:
     """pgvector's text form of `vector`, or None if pgvector cannot hold it."""
-    values = [float(x) for x in vector]
-    if not 1 <= len(values) <= MAX_VECTOR_DIMS:
+    if vector_binary(vector) is None:
         return None
-    if not all(math.isfinite(x) and abs(x) <= _FLOAT32_MAX for x in values):
+    return "[" + ",".join(map(repr, map(float, vector))) + "]"
+
+
+@functools.lru_cache(maxsize=64)
+def _vector_struct(dims: int) -> struct.Struct:
+    return struct.Struct(f">hh{dims}f")
+
+
+def vector_binary(vector: Sequence[float]) -> bytes | None:
+    """pgvector's binary form of `vector` (int16 dims, int16 0, big-endian float4 values), or
+    None if pgvector cannot hold it: 1 to `MAX_VECTOR_DIMS` finite values within float32's
+    range.
+
+    Packing checks the range (struct refuses a finite value that overflows float4) and one
+    `sum` finds NaN and infinities, which propagate; both loops run in C.
+    """
+    dims = len(vector)
+    if not 1 <= dims <= MAX_VECTOR_DIMS:
         return None
-    return "[" + ",".join(map(repr, values)) + "]"
+    try:
+        packed = _vector_struct(dims).pack(dims, 0, *vector)
+    except (OverflowError, struct.error):  # beyond float32, or not numbers at all
+        return None
+    if not math.isfinite(sum(vector)):
+        return None
+    # A value just above float32's largest rounds to it instead of overflowing: rare, so the
+    # exact per-value check runs only when that bit pattern shows up at all.
+    if (_F32_MAX_BE in packed or _F32_MIN_BE in packed) and not all(
+            abs(float(x)) <= _FLOAT32_MAX for x in vector):
+        return None
+    return packed
 
 
 def _as_is(data: bytes) -> bytes:
@@ -66,11 +103,92 @@ def step_values(s: PendingStep) -> tuple[Any, ...]:
     `str` first would cost a copy of each (four times its size for text beyond Latin-1) that
     psycopg would only encode back to UTF-8.
     """
+    stored_in = s.input_json if s.stored_input_json is None else s.stored_input_json
     return (
         s.run_id, s.step, s.kind, s.name, s.match_key, s.path,
-        Jsonb(s.input_json, dumps=_as_is), Jsonb(s.output_json, dumps=_as_is), s.is_error,
+        Jsonb(stored_in, dumps=_as_is), Jsonb(s.output_json, dumps=_as_is), s.is_error,
         s.started_at, s.duration_ms, s.checksum,
     )  # fmt: skip
+
+
+#: binary COPY framing: signature, flags, header extension length; the end-of-data marker
+COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + bytes(8)
+COPY_TRAILER = b"\xff\xff"
+#: rendered COPY data is handed to psycopg in pieces of about this size
+COPY_CHUNK = 128 * 1024
+_PG_EPOCH = datetime(2000, 1, 1, tzinfo=timezone.utc)
+_MICROSECOND = timedelta(microseconds=1)
+_I4 = struct.Struct(">i")
+# field count, uuid, int4 step, length of `kind` / jsonb length + version byte / the tail:
+# bool is_error, int8 timestamptz (microseconds since 2000), float8 duration, checksum length
+_STEP_HEAD = struct.Struct(">hi16siii")
+_JSONB = struct.Struct(">ib")
+_STEP_TAIL = struct.Struct(">i?iqidi")
+_VECTOR_HEAD = struct.Struct(">hi16siiiiiii")
+
+
+def binary_step_rows(steps: Sequence[PendingStep]) -> Iterator[bytearray] | None:
+    """`steps` as binary COPY data in `STEP_COLUMNS` order, in chunks of ~`COPY_CHUNK` bytes;
+    None if a row needs the driver's conversion (a naive `started_at`, whose meaning depends
+    on the session's time zone).
+
+    Each value is written once, as it is: the JSON bytes need no escaping in binary COPY
+    (jsonb's binary form is a version byte and the text), and there is no wrapper object or
+    per-value dispatch as in `write_row`.
+    """
+    try:
+        micros = [(s.started_at - _PG_EPOCH) // _MICROSECOND for s in steps]
+    except TypeError:  # naive datetime
+        return None
+    return _render_steps(steps, micros)
+
+
+def _render_steps(steps: Sequence[PendingStep], micros: list[int]) -> Iterator[bytearray]:
+    out = bytearray(COPY_HEADER)
+    i4, head, jsonb, tail = _I4.pack, _STEP_HEAD.pack, _JSONB.pack, _STEP_TAIL.pack
+    ids: dict[UUID, bytes] = {}
+    for s, at in zip(steps, micros, strict=True):
+        run = ids.get(s.run_id)
+        if run is None:
+            run = ids[s.run_id] = s.run_id.bytes
+        kind, name = s.kind.encode(), s.name.encode()
+        key, path, checksum = s.match_key.encode(), s.path.encode(), s.checksum.encode()
+        stored_in = s.input_json if s.stored_input_json is None else s.stored_input_json
+        out += head(12, 16, run, 4, s.step, len(kind))
+        out += kind
+        out += i4(len(name))
+        out += name
+        out += i4(len(key))
+        out += key
+        out += i4(len(path))
+        out += path
+        out += jsonb(len(stored_in) + 1, 1)
+        out += stored_in
+        out += jsonb(len(s.output_json) + 1, 1)
+        out += s.output_json
+        out += tail(1, s.is_error, 8, at, 8, s.duration_ms, len(checksum))
+        out += checksum
+        if len(out) >= COPY_CHUNK:
+            yield out
+            out = bytearray()
+    out += COPY_TRAILER
+    yield out
+
+
+def binary_vector_rows(rows: Sequence[tuple[UUID, int, int, bytes]]) -> Iterator[bytearray]:
+    """(run id, step, position, `vector_binary` bytes) rows as binary COPY data for the
+    embeddings table's columns (run_id, step, position, dims, embedding)."""
+    out = bytearray(COPY_HEADER)
+    head = _VECTOR_HEAD.pack
+    for run_id, step, position, vector in rows:
+        dims = (len(vector) - 4) // 4
+        out += head(5, 16, run_id.bytes, 4, step, 4, position, 4, dims, len(vector))
+        out += vector
+        if len(out) >= COPY_CHUNK:
+            yield out
+            out = bytearray()
+    out += COPY_TRAILER
+    yield out
 
 
 @contextmanager
@@ -135,8 +253,12 @@ def run_from_row(row: tuple[Any, ...]) -> Run:
     return Run.model_construct(**values)
 
 
-def step_from_row(r: tuple[Any, ...]) -> Step:
-    """A loaded `run_log` row; raises `StoreError` naming the step if its JSON cannot be parsed."""
+def step_from_row(r: tuple[Any, ...], deltas: DeltaResolver | None = None) -> Step:
+    """A loaded `run_log` row; raises `StoreError` naming the step if its JSON cannot be parsed.
+
+    Rows must come in step order through one `deltas` per run: an input stored as a delta
+    on an earlier step comes back as the logical input (see `agentreplay_core._delta`).
+    """
     loads = _codec.loads
     try:
         input_, output = loads(r[6]), loads(r[7])
@@ -144,11 +266,10 @@ def step_from_row(r: tuple[Any, ...]) -> Step:
         column = "output" if _parses(r[6]) else "input"
         raise StoreError(f"step {r[1]} of run {r[0]} cannot be read: its {column} is JSON "
                          f"agentreplay cannot parse ({exc}); {_CHANGED_HINT}") from exc
-    return Step.model_construct(
-        run_id=r[0], step=r[1], kind=r[2], name=r[3], match_key=r[4], path=r[5],
-        input=input_, output=output, is_error=r[8], started_at=r[9], duration_ms=r[10],
-        checksum=r[11],
-    )  # fmt: skip
+    if deltas is not None:
+        input_ = deltas.resolve(r[1], input_, output)
+    return loaded_step(r[0], r[1], r[2], r[3], r[4], r[5], input_, output, r[8], r[9], r[10],
+                       r[11])
 
 
 def _parses(text: str) -> bool:

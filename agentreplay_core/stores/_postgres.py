@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import re
+import struct
 import threading
 import time
 import weakref
@@ -31,6 +32,7 @@ from psycopg import sql
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from agentreplay_core import _codec
+from agentreplay_core._delta import DeltaResolver
 from agentreplay_core._errors import RunNotFound, StoreError
 from agentreplay_core._model import EmbeddingMatch, Run, RunStatus, Step
 from agentreplay_core.stores import _sql
@@ -54,11 +56,14 @@ from agentreplay_core.stores._pgconn import (
 )
 from agentreplay_core.stores._pgrows import (
     MAX_VECTOR_DIMS,
+    binary_step_rows,
+    binary_vector_rows,
     fetch_rows,
     gc_paused,
     run_from_row,
     step_from_row,
     step_values,
+    vector_binary,
     vector_text,
 )
 
@@ -427,15 +432,15 @@ class PostgresBackend(StoreBackend):
         *,
         idempotent: bool = False,
     ) -> None:
-        vectors: list[tuple[Any, ...]] = []
+        vectors: list[tuple[UUID, int, int, bytes]] = []
         if self.has_pgvector:
             for e in embeddings:
-                text = vector_text(e.vector)
-                if text is not None:  # the exact values live in the step output anyway
-                    vectors.append((e.run_id, e.step, e.position, len(e.vector), text))
+                packed = vector_binary(e.vector)
+                if packed is not None:  # the exact values live in the step output anyway
+                    vectors.append((e.run_id, e.step, e.position, packed))
         if not steps and not vectors:
             return
-        runs = sorted({str(s.run_id) for s in steps})
+        runs = sorted(map(str, {s.run_id for s in steps}))
         more = f" and {len(runs) - 3} more" if len(runs) > 3 else ""
         action = f"store {len(steps)} step(s) of run {', '.join(runs[:3]) or '-'}{more}"
         try:
@@ -465,26 +470,36 @@ class PostgresBackend(StoreBackend):
     ) -> None:
         if idempotent:
             cur.execute(_sql.create_stage_steps(self.schema))
-        with cur.copy(_sql.copy_steps(self.schema, staged=idempotent)) as copy:
-            for s in steps:
-                copy.write_row(step_values(s))
+        # Binary COPY rendered here: half the client CPU of `write_row` with `Jsonb` wrappers
+        # (~2 us of Python per row). A naive `started_at` keeps the driver's conversion, as
+        # its meaning depends on the session's time zone.
+        chunks = binary_step_rows(steps)
+        query = _sql.copy_steps(self.schema, staged=idempotent, binary=chunks is not None)
+        with cur.copy(query) as copy:
+            if chunks is None:
+                for s in steps:
+                    copy.write_row(step_values(s))
+            else:
+                _write_chunks(copy, chunks, "step")
         if idempotent:
             cur.execute(_sql.merge_staged_steps(self.schema))
 
     def _copy_vectors(
-        self, cur: psycopg.Cursor[Any], rows: list[tuple[Any, ...]], idempotent: bool
+        self, cur: psycopg.Cursor[Any], rows: list[tuple[UUID, int, int, bytes]],
+        idempotent: bool,
     ) -> None:
         if idempotent:
             cur.execute(_sql.create_stage_vectors(self.schema))
         with cur.copy(_sql.copy_vectors(self.schema, staged=idempotent)) as copy:
-            for row in rows:
-                copy.write_row(row)
+            _write_chunks(copy, binary_vector_rows(rows), "vector")
         if idempotent:
             cur.execute(_sql.merge_staged_vectors(self.schema))
 
     def load_steps(self, run_id: UUID) -> list[Step]:
         """All steps as stored, unvalidated: verification reports tampered values. A row that
-        cannot be decoded at all raises `StoreError` naming its run and step."""
+        cannot be decoded at all raises `StoreError` naming its run and step. Inputs stored as
+        deltas come back whole (`agentreplay_core._delta`); one whose base is gone comes back
+        as an unencodable marker saying so, and fails verification."""
         with gc_paused():
             with self._unlimited(f"load the steps of run {run_id}") as conn:
                 rows = fetch_rows(conn.execute(_sql.load_steps(self.schema), (run_id,)),
@@ -493,7 +508,8 @@ class PostgresBackend(StoreBackend):
                 exists = rows or conn.execute(_sql.select_run(self.schema), (run_id,)).fetchone()
             if not exists:
                 raise RunNotFound(run_id)
-            return [step_from_row(row) for row in rows]
+            deltas = DeltaResolver()  # rows come ordered by step: bases before deltas
+            return [step_from_row(row, deltas) for row in rows]
 
     def search_embeddings(self, vector: Sequence[float], limit: int = 10) -> list[EmbeddingMatch]:
         if self._vector_schema is None:
@@ -520,3 +536,14 @@ class PostgresBackend(StoreBackend):
     def server_endpoints(self) -> list[tuple[str, int]]:
         """TCP (host, port) pairs of the server, names and addresses; [] for Unix sockets."""
         return dsn_endpoints(self._dsn)
+
+
+def _write_chunks(copy: psycopg.Copy, chunks: Iterator[bytearray], what: str) -> None:
+    """Send rendered binary COPY data. A value binary COPY cannot hold (a step number beyond
+    int4) fails as the server would fail it: a `DataError`, which is not retried."""
+    try:
+        for chunk in chunks:
+            copy.write(chunk)
+    except struct.error as exc:
+        raise psycopg.DataError(f"a {what} row has a value out of its column's range: {exc}"
+                                ) from exc

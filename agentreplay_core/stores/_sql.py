@@ -294,8 +294,12 @@ def create_stage_vectors(schema: str) -> sql.Composed:
 
 
 @functools.lru_cache(maxsize=128)  # built on every write: compose once
-def copy_steps(schema: str, *, staged: bool = False) -> sql.Composed:
+def copy_steps(schema: str, *, staged: bool = False, binary: bool = False) -> sql.Composed:
+    """COPY of `STEP_COLUMNS`; `binary=True` for data rendered by `_pgrows.binary_step_rows`."""
     target = _STAGE_STEPS if staged else _table(schema, "run_log")
+    if binary:
+        return sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
+            target, _names(STEP_COLUMNS))
     return sql.SQL("COPY {} ({}) FROM STDIN").format(target, _names(STEP_COLUMNS))
 
 
@@ -312,8 +316,10 @@ def insert_steps(schema: str, rows: int, *, idempotent: bool) -> sql.Composed:
 
 @functools.lru_cache(maxsize=128)  # built on every write: compose once
 def copy_vectors(schema: str, *, staged: bool = False) -> sql.Composed:
+    """Binary COPY of the embeddings' columns (see `_pgrows.binary_vector_rows`)."""
     target = _STAGE_VECTORS if staged else _table(schema, "embeddings")
-    return sql.SQL("COPY {} ({}) FROM STDIN").format(target, _names(_EMBEDDING_COLUMNS))
+    return sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
+        target, _names(_EMBEDDING_COLUMNS))
 
 
 @functools.lru_cache(maxsize=128)  # built on every write: compose once
