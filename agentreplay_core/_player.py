@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Literal
 from uuid import UUID
@@ -24,11 +23,15 @@ from agentreplay_core._recorded_errors import error_from_record, is_cancellation
 from agentreplay_core._recorder import Recorder
 from agentreplay_core._redact import Redactor
 from agentreplay_core._redact_replay import add_key_hint, restore_secrets, shown_request
+from agentreplay_core._replay_index import InsideIndex, KeyedQueues
 
 MatchMode = Literal["keyed", "sequential"]
 MATCH_MODES: tuple[str, ...] = ("keyed", "sequential")
-Key = tuple[str, str, str]
 ForkStarter = Callable[[ReplayDivergence, list[Step]], Recorder]
+
+
+#: kinds `check_kind` accepted already (a handful per process): skips its regex per call
+_CHECKED_KINDS: set[str] = set()
 
 
 def check_match_mode(value: str) -> MatchMode:
@@ -57,9 +60,10 @@ class Player:
         self._steps = steps
         self._consumed: set[int] = set()
         self._lock = threading.Lock()
-        self._queues: dict[Key, deque[Step]] = {}
-        for step in steps:
-            self._queues.setdefault((step.kind, step.name, step.match_key), deque()).append(step)
+        self._keyed = KeyedQueues(steps)
+        self._inside: InsideIndex | None = None  # built at the first replay boundary
+        #: (kind, name) of calls whose requests held secrets: no plain-key attempt for them
+        self._secret_requests: set[tuple[str, str]] = set()
         self._cursor = 0  # sequential mode: index of the first step not yet consumed
         self._served: list[Step] = []
         #: set by the store for `on_divergence="live"`: starts the forked run at a divergence
@@ -156,7 +160,10 @@ class Player:
     def next_step(self, kind: str, name: str, request: Any, *, path: str | None = None,
                   match_key: str | None = None) -> Step:
         """The matching recorded step itself (consumed), for backends that need its metadata."""
-        kind = check_kind(kind)
+        if type(kind) is not str or kind not in _CHECKED_KINDS:
+            kind = check_kind(kind)
+            if len(_CHECKED_KINDS) < 256:
+                _CHECKED_KINDS.add(kind)
         name = clean_label(name)
         redacted = None
         if self.redactor is None:
@@ -204,7 +211,16 @@ class Player:
             if match_key is None:
                 raise
             return match_key, None  # stored as unencodable: its caller-computed key stands
+        if match_key is None and (kind, name) not in self._secret_requests:
+            # A request recorded exactly as it is sent now needs no redaction: redaction
+            # leaves what it stored unchanged (placeholders included), so it would give the
+            # same key. Only a request the recording does not hold as is pays for it.
+            key = match_key_of_canonical(kind, name, canonical_bytes(encoded))
+            if self._keyed.holds((kind, name, key)):
+                return key, None
         redacted, changed = self.redactor.redact_encoded(encoded)
+        if changed and match_key is None and len(self._secret_requests) < 1024:
+            self._secret_requests.add((kind, name))  # this call's requests hold secrets
         request_json = canonical_bytes(redacted)
         if match_key is None:
             key = match_key_of_canonical(kind, name, request_json)
@@ -259,15 +275,7 @@ class Player:
         """(the step to serve or None, the step sequential matching expected next)."""
         if self.match == "sequential":
             return self._take_next_in_order(kind, name, key, path)
-        queue = self._queues.get((kind, name, key))
-        while queue and queue[0].step in self._consumed:
-            queue.popleft()  # consumed through a replay boundary
-        if not queue:
-            return None, None
-        pending = [s for s in queue if s.step not in self._consumed]
-        same_path = [s for s in pending if s.path == path]
-        chosen = same_path or pending
-        return (chosen[0] if chosen else None), None
+        return self._keyed.take((kind, name, key), path, self._consumed), None
 
     def _take_next_in_order(self, kind: str, name: str, key: str, path: str
                             ) -> tuple[Step | None, Step | None]:
@@ -287,17 +295,15 @@ class Player:
         return None, step
 
     def _consume(self, step: Step) -> None:
-        self._consumed.add(step.step)
-        queue = self._queues.get((step.kind, step.name, step.match_key))
-        if queue and queue[0] is step:
-            queue.popleft()
+        consumed = self._consumed
+        consumed.add(step.step)
         if step.path:
-            # Replay boundary: what was recorded inside this call is not expected again.
-            for inner in self._steps:
-                if inner.step >= step.step:
-                    break
-                if inner.step not in self._consumed and is_inside(inner.path, step.path):
-                    self._consumed.add(inner.step)
+            # Replay boundary: what was recorded inside this call (before it: a call is
+            # recorded when it returns) is not expected again.
+            if self._inside is None:
+                self._inside = InsideIndex(self._steps)
+            for inner in self._inside.take_inside(step.path, step.step):
+                consumed.add(inner.step)
 
     def check_all_consumed(self) -> None:
         """Raise `ReplayDivergence(missing_call)` if recorded steps were never asked for."""

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any, cast
+from uuid import UUID
 
 from langchain_core.callbacks import (
     AsyncCallbackManagerForLLMRun,
@@ -19,16 +21,17 @@ from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict, Field
 
-from agentreplay_core import Player, ReplayDivergence, Step, decode
+from agentreplay_core import Player, ReplayDivergence, Step
 from agentreplay_core._keys import current_path
 from agentreplay_langchain._compat import format_for_tracing
-from agentreplay_langchain._convert import chat_request
 from agentreplay_langchain._handler import CHAT_MODEL
+from agentreplay_langchain._requests import chat_request
 from agentreplay_langchain._served import (
     chat_chunks,
     chat_generations,
     error_of,
     live_call,
+    step_output,
     wait_if_cancelled,
 )
 from agentreplay_langchain._structured import structured_output
@@ -68,7 +71,7 @@ class ReplayChatModel(BaseChatModel):
 
     @property
     def _identifying_params(self) -> dict[str, Any]:
-        return {"replayed_run_id": str(self.player.run_id)}
+        return {"replayed_run_id": _run_label(self.player.run_id)}
 
     def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
         params = super()._get_ls_params(stop=stop, **kwargs)
@@ -85,15 +88,19 @@ class ReplayChatModel(BaseChatModel):
             path = tracked_path(run_manager.handlers, run_manager.run_id)
         else:
             path = _streaming_path()
-        request = chat_request(format_for_tracing(messages), kwargs.get("tools"), stop)
+        traced = format_for_tracing(messages)
         player = self.player
         if self.live is None or player.fork_starter is None or player.fork is None:
             try:
+                # encoded before anything else runs: no snapshot copies needed
+                request = chat_request(traced, kwargs.get("tools"), stop, snapshot=False)
                 step = player.next_step("llm", CHAT_MODEL, request, path=path)
-                return step, decode(step.output)
+                return step, step_output(step)
             except ReplayDivergence:
                 if self.live is None or player.fork_starter is None:
                     raise
+        # recorded after the live call returns: a copy of what was asked
+        request = chat_request(traced, kwargs.get("tools"), stop)
         call = live_call(self.live, messages, stop, kwargs, streamed=streamed)
         return None, player.next("llm", CHAT_MODEL, request, path=path, live=call)
 
@@ -176,6 +183,12 @@ class ReplayChatModel(BaseChatModel):
         (it changes the bound tool's schema); `method` and `strict` override the guess."""
         return structured_output(self, schema, include_raw=include_raw, method=method,
                                  strict=kwargs.get("strict"))
+
+
+@functools.lru_cache(maxsize=64)
+def _run_label(run_id: UUID) -> str:
+    # LangChain asks for the identifying parameters several times per call
+    return str(run_id)
 
 
 def _token(chunk: ChatGenerationChunk) -> str:

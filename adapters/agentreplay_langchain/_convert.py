@@ -1,16 +1,20 @@
 """Pure conversions between LangChain objects and what agentreplay stores.
 
-Results are stored with `langchain_core.load.dumpd` inside a versioned envelope (the format is
-the same on langchain-core 0.3 and 1.x and keeps tool calls, usage and ids) and revived with an
-explicit allow-list. Requests are stored as plain views without volatile fields, so that the
-match key of a call is the same whenever the agent makes the same call.
+Results are stored inside a versioned envelope and revived with an explicit allow-list.
+Messages and generations of LangChain's own classes are stored from their fields (version 2:
+plain JSON, a copy of each field, no LangChain serialisation on the agent's thread); anything
+else, and a message whose fields hold values JSON cannot (a parsed pydantic object), goes
+through `langchain_core.load.dumpd` (version 1, the same on langchain-core 0.3 and 1.x), which
+recordings made before version 2 hold too.
+Requests are in `_requests`.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
-from typing import Any
+import functools
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from langchain_core.documents import Document
 from langchain_core.load import dumpd
@@ -31,29 +35,132 @@ from langchain_core.messages import (
     ToolMessageChunk,
 )
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, Generation, GenerationChunk
-from langchain_core.utils.function_calling import convert_to_openai_tool
 
+from agentreplay_core import decode
+from agentreplay_core._codec import TAG
 from agentreplay_langchain._compat import make_loader
 
-#: marks a LangChain object stored with dumpd; the number is the envelope's format version
+#: marks a stored LangChain object; the number is the envelope's format version
 ENVELOPE = "agentreplay.langchain"
+#: version 1: `{ENVELOPE: 1, "dumpd": ..., "artifact"?: ...}`, the object as `dumpd` makes it
 ENVELOPE_VERSION = 1
+#: version 2: `{ENVELOPE: 2, "class": "AIMessage", "fields": {...}, "artifact"?: ...}` for a
+#: message; `{ENVELOPE: 2, "class": "ChatGeneration", "message": <message envelope>,
+#: "generation_info": ...}` or `{..., "class": "Generation", "text": ..., ...}` for a generation
+FIELDS_VERSION = 2
 
+_MESSAGE_CLASSES: dict[str, type[BaseMessage]] = {cls.__name__: cls for cls in (
+    AIMessage, AIMessageChunk, HumanMessage, HumanMessageChunk, SystemMessage,
+    SystemMessageChunk, ToolMessage, ToolMessageChunk, ChatMessage, ChatMessageChunk,
+    FunctionMessage, FunctionMessageChunk)}
+_GENERATION_CLASSES: dict[str, type[Generation]] = {cls.__name__: cls for cls in (
+    ChatGeneration, ChatGenerationChunk, Generation, GenerationChunk)}
 #: the only classes a recording may revive: results, never models, prompts or anything that
 #: carries configuration (a tampered recording must not be able to build a client)
 ALLOWED_CLASSES: tuple[type[Serializable], ...] = (
-    AIMessage, AIMessageChunk, HumanMessage, HumanMessageChunk, SystemMessage,
-    SystemMessageChunk, ToolMessage, ToolMessageChunk, ChatMessage, ChatMessageChunk,
-    FunctionMessage, FunctionMessageChunk, ChatGeneration, ChatGenerationChunk, Generation,
-    GenerationChunk, Document,
-)
+    *_MESSAGE_CLASSES.values(), *_GENERATION_CLASSES.values(), Document)
 #: revives dumpd payloads of the allowed classes only
 _load = make_loader(ALLOWED_CLASSES)
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+_MAX_DEPTH = 100  # deeper field values go through dumpd, which has its own limit
+_NO_ARTIFACT = object()
+
+
+class _NotPlain(Exception):
+    """A field value that plain JSON cannot hold exactly: the object is stored with dumpd."""
+
+
+def _plain_copy(value: Any, depth: int = 0) -> Any:
+    """A deep copy of JSON-native data (exactly str, int, float, bool, None, and dicts with
+    str keys and lists of those); raises `_NotPlain` for anything else, subclasses included."""
+    kind = type(value)
+    if kind in _SCALARS:
+        return value
+    if depth > _MAX_DEPTH:
+        raise _NotPlain
+    if kind is dict:
+        out = {}
+        for key, item in value.items():
+            if type(key) is not str:
+                raise _NotPlain
+            out[key] = item if type(item) in _SCALARS else _plain_copy(item, depth + 1)
+        return out
+    if kind is list:
+        return [item if type(item) in _SCALARS else _plain_copy(item, depth + 1)
+                for item in value]
+    raise _NotPlain
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _fresh(value: Any) -> Any:
+    """A copy of the dicts and lists of a stored (decoded) value; other values as they are."""
+    kind = type(value)
+    if kind is dict:
+        return {k: v if type(v) in _SCALARS else _fresh(v) for k, v in value.items()}
+    if kind is list:
+        return [v if type(v) in _SCALARS else _fresh(v) for v in value]
+    return value
+
+
+def _message_fields(message: BaseMessage) -> dict[str, Any] | None:
+    """A message of an allowed class in the version-2 envelope, or None to use dumpd."""
+    name = type(message).__name__
+    if _MESSAGE_CLASSES.get(name) is not type(message):
+        return None  # a subclass (only dumpd knows what it adds), or no message at all
+    defaults = _shape(type(message)).plain_defaults
+    try:
+        # fields left at their defaults are left out: smaller, and a recording made with
+        # another langchain-core line (0.3 has `example`, 1.x `chunk_position`) still revives
+        # equal to its own messages
+        fields = {key: value if type(value) in _SCALARS else _plain_copy(value)
+                  for key, value in message.__dict__.items()
+                  if key != "type" and key != "artifact" and not _is_default(
+                      value, defaults.get(key, _NO_DEFAULT))}
+        extra = message.__pydantic_extra__
+        if extra:
+            fields.update(_plain_copy(extra))
+    except _NotPlain:
+        return None
+    stored = {ENVELOPE: FIELDS_VERSION, "class": name, "fields": fields}
+    artifact = message.__dict__.get("artifact")
+    if artifact is not None:  # any value the core codec keeps, as in version 1
+        stored["artifact"] = artifact
+    return stored
+
+
+def _is_default(value: Any, default: Any) -> bool:
+    return type(value) is type(default) and value == default
+
+
+def _fields_envelope(value: Any) -> dict[str, Any] | None:
+    """`value` in the version-2 envelope, or None if it must go through dumpd."""
+    name = type(value).__name__
+    if _GENERATION_CLASSES.get(name) is not type(value):
+        return _message_fields(value)
+    try:
+        info = _plain_copy(value.generation_info)
+    except _NotPlain:
+        return None
+    if isinstance(value, ChatGeneration):  # or ChatGenerationChunk
+        message = _message_fields(value.message)
+        if message is None:
+            return None
+        return {ENVELOPE: FIELDS_VERSION, "class": name, "message": message,
+                "generation_info": info}
+    if type(value.text) is not str:
+        return None
+    return {ENVELOPE: FIELDS_VERSION, "class": name, "text": value.text, "generation_info": info}
 
 
 def dump(value: Any) -> Any:
     """A LangChain result as stored: allow-listed objects in an envelope, anything else (a
     LangGraph Command, a plain tool result) as is, for the core codec."""
+    stored = _fields_envelope(value)
+    if stored is not None:
+        return stored
     if isinstance(value, ToolMessage) and value.artifact is not None:
         # dumpd cannot keep arbitrary artifacts; the core codec keeps far more of them
         bare = value.model_copy(update={"artifact": None})
@@ -68,130 +175,185 @@ def dump(value: Any) -> Any:
         return value
 
 
-def revive(stored: Any) -> Any:
-    """The inverse of `dump`, over any list or dict holding envelopes: fresh objects each call.
+def revive(stored: Any, *, fresh: bool = False) -> Any:
+    """The inverse of `dump`, over any list or dict holding envelopes: new objects each call.
 
-    Every envelope in `stored` is revived in one pass.
+    Reads envelope versions 1 and 2 and builds objects of the allowed classes only.
+    `fresh=True` says that `stored` was decoded for this call alone: its dicts and lists then
+    go into the revived objects without being copied first.
     """
-    payloads: list[Any] = []
-    template = _collect(stored, payloads)
-    if not payloads:
-        return template
-    return _fill(template, _load(payloads))
+    return _revive(stored, _same if fresh else _fresh)
 
 
-class _Slot:
-    """Where the n-th revived envelope goes back into the value."""
-
-    __slots__ = ("artifact", "index")
-
-    def __init__(self, index: int, artifact: Any) -> None:
-        self.index = index
-        self.artifact = artifact
+def revive_encoded(stored: Any) -> Any:
+    """`revive` of a value still in the core codec's encoded form (a part of a step's stored
+    output, which stays unchanged): each part is decoded once, on the way."""
+    return _revive(stored, _decoded)
 
 
-_NO_ARTIFACT = object()
-
-
-def _collect(stored: Any, payloads: list[Any]) -> Any:
+def _revive(stored: Any, copied: Callable[[Any], Any]) -> Any:
     if isinstance(stored, dict):
-        if ENVELOPE not in stored:
-            return {k: _collect(v, payloads) for k, v in stored.items()}
-        version = stored[ENVELOPE]
-        if version != ENVELOPE_VERSION:
-            raise ValueError(
-                f"recorded LangChain object has envelope version {version!r}; this agentreplay "
-                f"reads version {ENVELOPE_VERSION}: upgrade agentreplay to replay it")
-        payloads.append(stored["dumpd"])
-        return _Slot(len(payloads) - 1, stored.get("artifact", _NO_ARTIFACT))
+        if ENVELOPE in stored:
+            return _revive_envelope(stored, copied)
+        if copied is _decoded and TAG in stored:  # an encoded value: a tuple, bytes, ...
+            return _revive(decode(stored), _same)
+        return {k: _revive(v, copied) for k, v in stored.items()}
     if isinstance(stored, list):
-        return [_collect(v, payloads) for v in stored]
+        return [_revive(v, copied) for v in stored]
     return stored
 
 
-def _fill(template: Any, revived: list[Any]) -> Any:
-    if isinstance(template, _Slot):
-        value = revived[template.index]
-        if template.artifact is not _NO_ARTIFACT and isinstance(value, ToolMessage):
-            value.artifact = template.artifact
+def _decoded(value: Any) -> Any:
+    """`decode(value)`, with the empty and scalar values of message fields handled inline."""
+    kind = type(value)
+    if kind in _SCALARS:
         return value
-    if isinstance(template, dict):
-        return {k: _fill(v, revived) for k, v in template.items()}
-    if isinstance(template, list):
-        return [_fill(v, revived) for v in template]
-    return template
+    if kind is dict:
+        if not value:
+            return {}
+        if TAG in value:
+            return decode(value)
+        return {k: v if type(v) in _SCALARS else _decoded(v) for k, v in value.items()}
+    if kind is list:
+        return [v if type(v) in _SCALARS else _decoded(v) for v in value] if value else []
+    return decode(value)
 
 
-# -- requests -------------------------------------------------------------------------------
-
-def message_view(message: BaseMessage) -> dict[str, Any]:
-    """What of a message the model sees, without ids and response metadata (volatile)."""
-    view: dict[str, Any] = {"type": message.type, "content": copy.deepcopy(message.content)}
-    if message.name:
-        view["name"] = message.name
-    if message.additional_kwargs:
-        view["additional_kwargs"] = copy.deepcopy(message.additional_kwargs)
-    if isinstance(message, AIMessage):
-        if message.tool_calls:
-            view["tool_calls"] = [
-                {"name": c["name"], "args": copy.deepcopy(c["args"]), "id": c.get("id")}
-                for c in message.tool_calls]
-        if message.invalid_tool_calls:
-            view["invalid_tool_calls"] = [
-                {k: c.get(k) for k in ("name", "args", "id", "error")}
-                for c in message.invalid_tool_calls]
-    if isinstance(message, ToolMessage):
-        view["tool_call_id"] = message.tool_call_id
-        view["status"] = message.status
-    if isinstance(message, ChatMessage):
-        view["role"] = message.role
-    return view
+def _revive_envelope(stored: dict[str, Any], copied: Callable[[Any], Any]) -> Any:
+    version = stored[ENVELOPE]
+    if version == FIELDS_VERSION and type(version) is int:
+        return _revive_fields(stored, copied)
+    if version == ENVELOPE_VERSION and type(version) is int:
+        value = _load(stored["dumpd"] if copied is not _decoded else decode(stored["dumpd"]))
+        artifact = stored.get("artifact", _NO_ARTIFACT)
+        if artifact is not _NO_ARTIFACT and isinstance(value, ToolMessage):
+            value.artifact = copied(artifact)
+        return value
+    raise ValueError(
+        f"recorded LangChain object has envelope version {version!r}; this agentreplay reads "
+        f"versions {ENVELOPE_VERSION} and {FIELDS_VERSION}: upgrade agentreplay to replay it")
 
 
-def tool_view(tool: Any) -> Any:
-    """A bound tool as {name, description, parameters}, whatever format the model bound it in
-    (OpenAI, Anthropic, a BaseTool, a pydantic class, a function)."""
+def _refused(name: Any) -> ValueError:
+    return ValueError(
+        f"recorded LangChain object of class {name!r} is not allowed: a replay revives only "
+        f"messages and generations ({', '.join([*_MESSAGE_CLASSES, *_GENERATION_CLASSES])}); "
+        "the recording was edited or made by another tool")
+
+
+_NO_DEFAULT = object()
+#: the Python types a stored value of each message field may have (None: any); a field not
+#: listed has none, so that a message with it is validated (fields of a newer langchain-core)
+_FIELD_TYPES: dict[str, tuple[type, ...] | None] = {
+    "content": (str, list), "additional_kwargs": (dict,), "response_metadata": (dict,),
+    "name": (str, type(None)), "id": (str, type(None)), "tool_calls": (list,),
+    "invalid_tool_calls": (list,), "usage_metadata": (dict, type(None)),
+    "tool_call_chunks": (list,), "chunk_position": (str, type(None)), "tool_call_id": (str,),
+    "status": (str,), "role": (str,), "example": (bool,), "artifact": None,
+}
+
+
+class _Shape(NamedTuple):
+    """What `dump` and `_construct` need to know of a message class."""
+
+    types: dict[str, tuple[type, ...] | None]  # each field but `type`
+    make_default: dict[str, Callable[[], Any]]  # fields with a default: a new default value
+    plain_defaults: dict[str, Any]  # those defaults, to compare with
+    type_literal: str
+
+
+_SHAPES: dict[type[BaseMessage], _Shape] = {}
+
+
+def _shape(cls: type[BaseMessage]) -> _Shape:
+    shape = _SHAPES.get(cls)
+    if shape is not None:
+        return shape
+    types: dict[str, tuple[type, ...] | None] = {}
+    make: dict[str, Callable[[], Any]] = {}
+    for name, info in cls.model_fields.items():
+        if name == "type":
+            continue
+        types[name] = _FIELD_TYPES.get(name, ())
+        factory = info.default_factory
+        if factory is not None:
+            if not getattr(info, "default_factory_takes_data", False):
+                make[name] = factory  # type: ignore[assignment]
+        elif not info.is_required():
+            default = info.default
+            if type(default) in _SCALARS:
+                make[name] = functools.partial(_same, default)
+            elif default == [] or default == {}:  # 0.3 declares `tool_calls: list = []`
+                make[name] = list if type(default) is list else dict
+    shape = _SHAPES[cls] = _Shape(types, make, {k: f() for k, f in make.items()},
+                                  str(cls.model_fields["type"].default))
+    return shape
+
+
+def _validated(cls: type[BaseMessage], fields: dict[str, Any]) -> BaseMessage:
     try:
-        function = convert_to_openai_tool(tool).get("function", {})
-    except Exception:
-        return copy.deepcopy(tool) if isinstance(tool, dict) else repr(tool)
-    return {"name": function.get("name"), "description": function.get("description", ""),
-            "parameters": copy.deepcopy(function.get("parameters", {}))}
+        return cls(**fields)
+    except (TypeError, KeyError, ValueError) as exc:  # ValueError: pydantic's errors too
+        raise ValueError(
+            f"a recorded {cls.__name__} cannot be built from its stored fields ({exc!r}): the "
+            "recording is damaged or comes from an incompatible langchain-core") from exc
 
 
-def chat_request(messages: Sequence[BaseMessage], tools: Any, stop: Any) -> dict[str, Any]:
-    """The request of a chat-model call as stored and matched.
-
-    Only what the agent's own code decides goes in: the messages, the bound tools and stop
-    sequences. Provider-specific parameters (model name, temperature, tool_choice as the
-    provider rewrote it) are stored with the result, so that a replay model that does not know
-    them still matches.
-    """
-    request: dict[str, Any] = {"messages": [message_view(m) for m in messages]}
-    if tools:
-        request["tools"] = [tool_view(t) for t in tools]
-    if stop:
-        request["stop"] = list(stop)
-    return request
-
-
-def llm_request(prompt: str, stop: Any) -> dict[str, Any]:
-    """The request of a text-completion call."""
-    request: dict[str, Any] = {"prompt": prompt}
-    if stop:
-        request["stop"] = list(stop)
-    return request
-
-
-def tool_request(inputs: Any) -> dict[str, Any]:
-    """The request of a tool call: its arguments as `on_tool_start` saw them."""
-    return {"input": copy.deepcopy(inputs)}
-
-
-def retriever_request(query: str) -> dict[str, Any]:
-    return {"query": query}
+def _construct(cls: type[BaseMessage], fields: dict[str, Any]) -> BaseMessage:
+    """`cls(**fields)` for fields as `dump` stored them: built without running LangChain's
+    validators again (they ran when the message was first made, and cost more than the rest of
+    a replayed call). Fields of another shape (an older or edited recording) are validated."""
+    shape = _shape(cls)
+    values: dict[str, Any] = {}
+    found = 0
+    for name, types in shape.types.items():
+        value = fields.get(name, _NO_DEFAULT)
+        if value is _NO_DEFAULT:
+            make = shape.make_default.get(name)
+            if make is None:
+                return _validated(cls, fields)  # a required field is missing
+            values[name] = make()
+            continue
+        if types is not None and type(value) not in types:
+            return _validated(cls, fields)
+        values[name] = value
+        found += 1
+    values["type"] = shape.type_literal
+    extra = {k: v for k, v in fields.items() if k not in shape.types} \
+        if len(fields) > found else {}
+    message = cls.__new__(cls)
+    # what pydantic's own model_construct sets, for a class with extra="allow"
+    object.__setattr__(message, "__dict__", values)
+    object.__setattr__(message, "__pydantic_fields_set__", set(fields) - extra.keys())
+    object.__setattr__(message, "__pydantic_extra__", extra)
+    object.__setattr__(message, "__pydantic_private__", None)
+    return message
 
 
-def embedding_request(mode: str, texts: Sequence[str]) -> dict[str, Any]:
-    """`mode` is "query" (embed_query) or "documents" (embed_documents)."""
-    return {"mode": mode, "texts": list(texts)}
+def _revive_fields(stored: dict[str, Any], copied: Callable[[Any], Any]) -> Any:
+    name = stored.get("class")
+    message_class = _MESSAGE_CLASSES.get(name) if type(name) is str else None
+    if message_class is not None:
+        fields = copied(stored.get("fields"))
+        if type(fields) is not dict:
+            raise ValueError(f"recorded {name} has no fields dict; the recording is damaged")
+        artifact = stored.get("artifact", _NO_ARTIFACT)
+        if artifact is not _NO_ARTIFACT and "artifact" in message_class.model_fields:
+            fields["artifact"] = copied(artifact)
+        return _construct(message_class, fields)
+    generation_class = _GENERATION_CLASSES.get(name) if type(name) is str else None
+    if generation_class is None:
+        raise _refused(name)
+    info = copied(stored.get("generation_info"))
+    if issubclass(generation_class, ChatGeneration):
+        inner = stored.get("message")
+        message = _revive_envelope(inner, copied) if isinstance(inner, dict) and \
+            ENVELOPE in inner else None
+        if not isinstance(message, BaseMessage):
+            raise ValueError(f"recorded {name} holds no message envelope; the recording is "
+                             "damaged")
+        return generation_class(message=message, generation_info=info)
+    text = copied(stored.get("text"))
+    if type(text) is not str:
+        raise ValueError(f"recorded {name} has no text; the recording is damaged")
+    return generation_class(text=text, generation_info=info)

@@ -12,7 +12,7 @@ from langchain_core.embeddings import Embeddings
 
 from agentreplay_core import Player, Recorder
 from agentreplay_core._recorded_errors import error_to_record
-from agentreplay_langchain._convert import embedding_request
+from agentreplay_langchain._requests import embedding_request
 
 T = TypeVar("T")
 

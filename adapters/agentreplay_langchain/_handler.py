@@ -16,9 +16,9 @@ import orjson
 
 from agentreplay_core import Recorder, SerializationError, encode
 from agentreplay_core._recorded_errors import error_to_record
-from agentreplay_langchain._convert import (
+from agentreplay_langchain._convert import dump
+from agentreplay_langchain._requests import (
     chat_request,
-    dump,
     llm_request,
     retriever_request,
     tool_request,

@@ -13,11 +13,12 @@ from langchain_core.language_models import BaseLLM
 from langchain_core.outputs import Generation, GenerationChunk, LLMResult
 from pydantic import ConfigDict, Field
 
-from agentreplay_core import Player, Step, decode
-from agentreplay_langchain._convert import llm_request
+from agentreplay_core import Player, Step
 from agentreplay_langchain._handler import TEXT_LLM
+from agentreplay_langchain._requests import llm_request
 from agentreplay_langchain._served import (
     error_of,
+    step_output,
     text_chunks,
     text_generations,
     wait_if_cancelled,
@@ -49,7 +50,7 @@ class ReplayLLM(BaseLLM):
     def _step(self, prompt: str, stop: list[str] | None, run_manager: Any) -> tuple[Step, Any]:
         path = tracked_path(run_manager.handlers, run_manager.run_id) if run_manager else None
         step = self.player.next_step("llm", TEXT_LLM, llm_request(prompt, stop), path=path)
-        return step, decode(step.output)
+        return step, step_output(step)
 
     def _generate(self, prompts: list[str], stop: list[str] | None = None,
                   run_manager: CallbackManagerForLLMRun | None = None,

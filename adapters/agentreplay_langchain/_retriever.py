@@ -13,7 +13,8 @@ from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, Field
 
 from agentreplay_core import Player
-from agentreplay_langchain._convert import dump, retriever_request, revive
+from agentreplay_langchain._convert import dump, revive
+from agentreplay_langchain._requests import retriever_request
 from agentreplay_langchain._tree import tracked_path
 
 

@@ -9,7 +9,17 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
-from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, BaseMessageChunk
+from langchain_core.messages import (
+    AIMessage,
+    AIMessageChunk,
+    BaseMessage,
+    BaseMessageChunk,
+    ChatMessage,
+    FunctionMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
 from langchain_core.messages.tool import tool_call_chunk
 from langchain_core.messages.utils import message_chunk_to_message
 from langchain_core.outputs import (
@@ -19,13 +29,46 @@ from langchain_core.outputs import (
     GenerationChunk,
 )
 
-from agentreplay_core import AgentReplayError, Step
+from agentreplay_core import AgentReplayError, Step, decode
+from agentreplay_core._codec import TAG
 from agentreplay_core._recorded_errors import error_from_record, is_cancellation
-from agentreplay_langchain._convert import dump, revive
+from agentreplay_langchain._convert import dump, revive, revive_encoded
 
 
 class AbandonedStreamReplayed(AgentReplayError):
     """The recorded stream was closed by its consumer part-way, so what came after is unknown."""
+
+
+class Encoded:
+    """A part of a recorded output still as the codec stored it: revived (and so decoded) by
+    the function that serves it, once."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+#: the parts of a model step's output that hold LangChain objects
+_REVIVED_PARTS = ("generations", "chunks")
+
+
+def step_output(step: Step) -> Any:
+    """A recorded model step's output for this call: its generations and chunks left
+    `Encoded` for the serving functions below, the rest decoded, and the recorded model's
+    description (class, parameters), which a replay does not use, left out."""
+    output = step.output
+    if type(output) is not dict or TAG in output:
+        return decode(output)
+    return {key: Encoded(value) if key in _REVIVED_PARTS else decode(value)
+            for key, value in output.items() if key != "model"}
+
+
+def _revived(part: Any) -> Any:
+    """A part of an output as `step_output` or a live call gave it, revived."""
+    if isinstance(part, Encoded):
+        return revive_encoded(part.value)
+    return revive(part, fresh=True)
 
 
 def error_of(step: Step, output: dict[str, Any], served_chunks: int | None = None
@@ -73,12 +116,24 @@ def live_call(model: Any, messages: list[BaseMessage], stop: list[str] | None,
     return call
 
 
+#: message classes that are never stream chunks (a generation holding one is served as is)
+_WHOLE_MESSAGES = frozenset({AIMessage, HumanMessage, SystemMessage, ToolMessage, ChatMessage,
+                             FunctionMessage})
+
+
 def chat_generations(output: dict[str, Any]) -> list[ChatGeneration]:
     """The recorded generations as a model's `_generate` returns them (whole messages, also
-    when the recorded call streamed and LangChain stored the merged chunk)."""
+    when the recorded call streamed and LangChain stored the merged chunk).
+
+    `output` (here and in the functions below) is what `step_output` gave for this call, or
+    a live call's output: each of its parts is revived once, into new objects.
+    """
     result: list[ChatGeneration] = []
-    for generation in revive(output.get("generations", [])):
+    for generation in _revived(output.get("generations", [])):
         message = generation.message
+        if type(generation) is ChatGeneration and type(message) in _WHOLE_MESSAGES:
+            result.append(generation)
+            continue
         if isinstance(message, BaseMessageChunk):
             message = message_chunk_to_message(message)
         result.append(ChatGeneration(message=message, generation_info=generation.generation_info))
@@ -120,7 +175,7 @@ def chat_chunks(output: dict[str, Any]) -> list[ChatGenerationChunk]:
     if stored is not None:
         return [ChatGenerationChunk(message=AIMessageChunk(content=item["token"]))
                 if isinstance(item, dict) and set(item) == {"token"} else item
-                for item in revive(stored)]
+                for item in _revived(stored)]
     return [ChatGenerationChunk(message=_chunk_of_message(g.message),
                                 generation_info=g.generation_info)
             for g in chat_generations(output)[:1]]
@@ -128,7 +183,7 @@ def chat_chunks(output: dict[str, Any]) -> list[ChatGenerationChunk]:
 
 def text_generations(output: dict[str, Any]) -> list[Generation]:
     result = []
-    for generation in revive(output.get("generations", [])):
+    for generation in _revived(output.get("generations", [])):
         if isinstance(generation, GenerationChunk):
             generation = Generation(text=generation.text,
                                     generation_info=generation.generation_info)
@@ -141,6 +196,6 @@ def text_chunks(output: dict[str, Any]) -> list[GenerationChunk]:
     if stored is not None:
         return [GenerationChunk(text=item["token"])
                 if isinstance(item, dict) and set(item) == {"token"} else item
-                for item in revive(stored)]
+                for item in _revived(stored)]
     return [GenerationChunk(text=g.text, generation_info=g.generation_info)
             for g in text_generations(output)[:1]]

@@ -21,7 +21,8 @@ from pydantic import ConfigDict, Field
 from agentreplay_core import Player
 from agentreplay_core._recorded_errors import error_to_record
 from agentreplay_langchain._compat import tool_start_inputs
-from agentreplay_langchain._convert import dump, revive, tool_request
+from agentreplay_langchain._convert import dump, revive
+from agentreplay_langchain._requests import tool_request
 from agentreplay_langchain._tree import tracked_path
 
 
