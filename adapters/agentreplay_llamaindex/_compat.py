@@ -63,12 +63,22 @@ def is_workflow_context(value: Any) -> bool:
     return _CONTEXT_TYPE is not None and isinstance(value, _CONTEXT_TYPE)
 
 
+_WRAPPER_CLASSES: dict[type, bool] = {}
+
+
 def is_wrapper_llm(instance: Any) -> bool:
     """An LLM that only wraps another LLM and calls it (`llm.as_structured_llm(Model)`)."""
-    from llama_index.core.llms.llm import LLM
-    from llama_index.core.llms.structured_llm import StructuredLLM
+    cls = type(instance)
+    wrapper = _WRAPPER_CLASSES.get(cls)
+    if wrapper is None:  # once per class: this runs for every LLM call recorded
+        from llama_index.core.llms.structured_llm import StructuredLLM
 
-    return isinstance(instance, StructuredLLM) and isinstance(instance.llm, LLM)
+        wrapper = _WRAPPER_CLASSES[cls] = issubclass(cls, StructuredLLM)
+    if not wrapper:
+        return False
+    from llama_index.core.llms.llm import LLM
+
+    return isinstance(instance.llm, LLM)
 
 
 def active_span_id() -> str | None:

@@ -6,16 +6,18 @@ gets the same match key whichever backend (live LLM or `ReplayLLM`) is behind it
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from llama_index.core.base.llms.types import ChatMessage, ChatResponse, CompletionResponse
+import orjson
+from llama_index.core.base.llms.types import ChatMessage, MessageRole, TextBlock
 from llama_index.core.schema import NodeWithScore
 from llama_index.core.storage.docstore.utils import doc_to_json, json_to_doc
 from llama_index.core.tools import ToolOutput, ToolSelection
 
 from agentreplay_core import Redactor, SerializationError, encode, match_key, strip_volatile
-from agentreplay_core._keys import match_key_of_encoded
+from agentreplay_core._keys import DEFAULT_VOLATILE_KEYS, match_key_of_encoded
 from agentreplay_llamaindex._compat import is_workflow_context
 
 #: the LLM metadata a replay needs: it decides chat vs completion, how many calls a RAG
@@ -24,6 +26,14 @@ METADATA_FIELDS = ("context_window", "num_output", "is_chat_model", "is_function
                    "model_name", "system_role")
 #: request keys that make up an LLM call's identity; everything else is kept for reading only
 _LLM_KEY_FIELDS = ("mode", "messages", "prompt", "tools")
+#: a volatile key in JSON text (a string value may show one too: then the value is walked)
+_VOLATILE_JSON = re.compile(
+    b'"(?:' + b"|".join(re.escape(k.encode()) for k in sorted(DEFAULT_VOLATILE_KEYS)) + b')":')
+#: a plain text message is built by hand (pydantic's model_dump costs ~1 us per message) only
+#: while the classes have the fields this adapter knows; `message_json` checks it gives
+#: model_dump's output exactly (tests/llamaindex/test_request_view.py)
+_TEXT_FAST = (tuple(ChatMessage.model_fields) == ("role", "additional_kwargs", "blocks")
+              and tuple(TextBlock.model_fields) == ("block_type", "text"))
 
 
 def encodable(value: Any) -> Any:
@@ -35,18 +45,42 @@ def encodable(value: Any) -> Any:
     return value
 
 
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+
+
 def llm_metadata(llm: Any) -> dict[str, Any]:
     """The replay-relevant part of `llm.metadata`, never `to_dict()` (it may hold API keys)."""
     meta = llm.metadata
     out: dict[str, Any] = {}
     for field in METADATA_FIELDS:
         value = getattr(meta, field, None)
-        out[field] = getattr(value, "value", value)  # MessageRole -> its string
+        if type(value) not in _PLAIN:
+            value = getattr(value, "value", value)  # MessageRole -> its string
+        out[field] = value
     return out
 
 
+def _text_message(message: Any) -> dict[str, Any] | None:
+    """`model_dump(mode="json")` of a message of text blocks only and no additional kwargs,
+    built by hand; None for any other message."""
+    if not _TEXT_FAST or type(message) is not ChatMessage or message.additional_kwargs \
+            or type(message.role) is not MessageRole:
+        return None
+    blocks = []
+    for block in message.blocks:
+        if type(block) is not TextBlock or type(block.text) is not str \
+                or type(block.block_type) is not str:
+            return None
+        blocks.append({"block_type": block.block_type, "text": block.text})
+    # `_value_`: the member's value without the enum descriptor (it is a MessageRole)
+    return {"role": message.role._value_, "additional_kwargs": {}, "blocks": blocks}
+
+
 def message_json(message: Any) -> Any:
-    """A chat message as plain JSON (what a request is matched on)."""
+    """A chat message as plain JSON (what a request is matched on): `model_dump(mode="json")`."""
+    text = _text_message(message)
+    if text is not None:
+        return text
     if isinstance(message, ChatMessage):
         try:
             return message.model_dump(mode="json")
@@ -102,17 +136,15 @@ def llm_kwargs(kwargs: Mapping[str, Any]) -> dict[str, Any]:
     integration's kwargs, so keeping them out of the request keeps divergence diffs to what
     the agent really changed.
     """
+    if not kwargs:
+        return {}
     return {k: encodable(v) for k, v in kwargs.items() if k != "messages"}
 
 
 def llm_request(mode: str, payload: Any, kwargs: Mapping[str, Any],
                 metadata: Mapping[str, Any]) -> dict[str, Any]:
-    """The stored request of an LLM call; `payload` is the messages or the prompt.
-
-    Tools are identified by name only: the live integration turned them into its own JSON
-    specs (OpenAI, Anthropic, Gemini formats, strict-mode edits), which a replay cannot
-    rebuild, and `chat_with_tools`, which still holds the tool objects, opens no span.
-    """
+    """The request as runs recorded before `llm_view` stored it (with the LLM's metadata);
+    replay rebuilds it, with `llm_match_key`, to match those runs."""
     offered = kwargs.get("tools") or []
     request: dict[str, Any] = {"mode": mode}
     if mode == "chat":
@@ -122,6 +154,48 @@ def llm_request(mode: str, payload: Any, kwargs: Mapping[str, Any],
     request["tools"] = sorted(tool_name_of(t) for t in offered)
     request["metadata"] = dict(metadata)
     return request
+
+
+def llm_view(mode: str, payload: Any, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The stored request of an LLM call: exactly what it is matched on; `payload` is the
+    messages or the prompt.
+
+    Mode, messages (or prompt) and tool names; the messages with contiguous tool results in
+    tool_call_id order and without volatile fields. The recorder and the player derive the
+    match key from it (redacted), the key `llm_match_key` gives the same call, so runs
+    recorded before this view keep matching. The LLM's metadata goes with the output.
+
+    Tools are identified by name only: the live integration turned them into its own JSON
+    specs (OpenAI, Anthropic, Gemini formats, strict-mode edits), which a replay cannot
+    rebuild, and `chat_with_tools`, which still holds the tool objects, opens no span.
+    """
+    view: dict[str, Any] = {"mode": mode}
+    if mode == "chat":
+        # a text message's keys are known, none of them volatile: only others are checked
+        messages = [_text_message(m) or without_volatile(message_json(m)) for m in payload]
+        view["messages"] = normalise_tool_results(messages) \
+            if sum(m.get("role") == "tool" for m in messages if type(m) is dict) > 1 \
+            else messages  # fewer than two tool results: no order to normalise
+    else:
+        view["prompt"] = str(payload)
+    offered = kwargs.get("tools")
+    view["tools"] = sorted(tool_name_of(t) for t in offered) if offered else []
+    return view
+
+
+def without_volatile(value: Any) -> Any:
+    """`strip_volatile(value)`, walking the value only if its JSON text may hold such a key."""
+    try:
+        text = orjson.dumps(value)
+    except (TypeError, orjson.JSONEncodeError):  # not plain JSON: the walk decides
+        return strip_volatile(value)
+    return strip_volatile(value) if _VOLATILE_JSON.search(text) else value
+
+
+def is_legacy_request(request: Any) -> bool:
+    """A request recorded before `llm_view`: it holds the LLM's metadata, and its match key
+    was computed by the adapter (`llm_match_key`, keyed again when it held secrets)."""
+    return isinstance(request, dict) and "metadata" in request
 
 
 def llm_match_key(name: str, request: Mapping[str, Any],
@@ -139,15 +213,6 @@ def llm_match_key(name: str, request: Mapping[str, Any],
         return match_key("llm", name, strip_volatile(subset))
     redacted, _ = redactor.redact_encoded(encode(strip_volatile(subset), path="request"))
     return match_key_of_encoded("llm", name, redacted)
-
-
-def chat_response_for_storage(response: ChatResponse) -> ChatResponse:
-    """A copy safe to store: the provider's `raw` payload only if the codec can hold it."""
-    return response.model_copy(update={"raw": encodable(response.raw)})
-
-
-def completion_response_for_storage(response: CompletionResponse) -> CompletionResponse:
-    return response.model_copy(update={"raw": encodable(response.raw)})
 
 
 def tool_selections_json(selections: Sequence[ToolSelection]) -> list[dict[str, Any]]:

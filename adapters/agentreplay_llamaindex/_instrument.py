@@ -11,7 +11,9 @@ session hook: every `with Session(...)` block instruments LlamaIndex for its lif
 from __future__ import annotations
 
 import contextlib
+import inspect
 import threading
+from collections.abc import Callable
 from contextvars import Token
 from types import TracebackType
 from typing import Any
@@ -21,7 +23,8 @@ from llama_index.core.instrumentation.span_handlers import BaseSpanHandler
 from agentreplay_core import Mode, Player, Recorder, Session, active_session, register_session_hook
 from agentreplay_llamaindex import _routing
 from agentreplay_llamaindex._compat import warn_if_unsupported
-from agentreplay_llamaindex._handlers import RecordingEventHandler
+from agentreplay_llamaindex._handlers import RecordingEventHandler, RecordingSpanHandler
+from agentreplay_llamaindex._routing import SpanSink
 from agentreplay_llamaindex._tracking import TrackingSpanHandler
 from agentreplay_llamaindex._tree import SpanTree
 
@@ -47,6 +50,13 @@ class Instrumentation:
         self.session = session
         self._span_handler = span_handler
         self._closed = target is None
+        #: what the routing calls for each event and span of this context (None once closed):
+        #: the recording session itself, not the pydantic handlers in front of it
+        self.events: Callable[[Any], Any] | None = None
+        self.spans: SpanSink | None = None
+        if not self._closed:
+            self.events = handler.session.handle if handler is not None else None
+            self.spans = _sink_of(span_handler)
         self._lock = threading.Lock()
         self._token: Token[Instrumentation | None] | None = None
 
@@ -80,7 +90,9 @@ class Instrumentation:
         with self._lock:
             if self._closed:
                 return
-            self._closed = True  # the routing handlers check it: no event gets here after it
+            self._closed = True
+            # the routing handlers read these: no event or span gets here after it
+            self.events = self.spans = None
             token, self._token = self._token, None
         if token is not None:
             _routing.deactivate(self, token)
@@ -96,6 +108,37 @@ class Instrumentation:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close()
+
+
+class _HandlerSpans:
+    """Any span handler as a `SpanSink` (the recording and tracking ones have sinks)."""
+
+    def __init__(self, handler: BaseSpanHandler[Any]) -> None:
+        self.handler = handler
+
+    def enter(self, span_id: str, parent_id: str | None, instance: Any) -> None:
+        self.handler.span_enter(id_=span_id, bound_args=_NO_ARGS, instance=instance,
+                                parent_id=parent_id)
+
+    def exit(self, span_id: str, bound: inspect.BoundArguments, result: Any) -> None:
+        self.handler.span_exit(id_=span_id, bound_args=bound, result=result)
+
+    def drop(self, span_id: str, bound: inspect.BoundArguments, err: BaseException | None
+             ) -> None:
+        self.handler.span_drop(id_=span_id, bound_args=bound, err=err)
+
+
+_NO_ARGS = inspect.signature(lambda: None).bind()
+
+
+def _sink_of(handler: BaseSpanHandler[Any] | None) -> SpanSink | None:
+    if handler is None:
+        return None
+    if isinstance(handler, RecordingSpanHandler):
+        return handler.session
+    if isinstance(handler, TrackingSpanHandler):
+        return handler.spans
+    return _HandlerSpans(handler)
 
 
 def _ended(target: Recorder | Player | None) -> bool:

@@ -7,10 +7,8 @@ end event carries only the last chunk and never fires for a stream the host aban
 
 from __future__ import annotations
 
-import copy
 import threading
 import time
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
@@ -20,32 +18,48 @@ from agentreplay_core import Recorder
 from agentreplay_core._recorded_errors import error_to_record
 from agentreplay_llamaindex._compat import is_wrapper_llm
 from agentreplay_llamaindex._convert import (
-    chat_response_for_storage,
-    completion_response_for_storage,
     llm_kwargs,
-    llm_match_key,
     llm_metadata,
-    llm_request,
+    llm_view,
     tool_selections_json,
 )
-from agentreplay_llamaindex._tree import SpanTree
+from agentreplay_llamaindex._responses import response_json
+from agentreplay_llamaindex._tree import SpanInfo, SpanTree
 
 
-@dataclass
 class LlmCall:
-    """One LLM call being recorded (or skipped because an outer call of the same LLM is)."""
+    """One LLM call being recorded (or skipped because an outer call of the same LLM is).
 
-    skip: bool
-    mode: str = ""
-    name: str = ""
-    request: dict[str, Any] = field(default_factory=dict)
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    path: str = ""
-    instance: Any = None
-    started: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
-    t0: float = field(default_factory=time.perf_counter)
-    chunks: list[dict[str, Any]] = field(default_factory=list)
-    stream: bool = False
+    A slots class with a plain `__init__`: one is made for every LLM call, and a skipped
+    call (a wrapper's, or one nested deeper in a call of the same LLM) needs no clock
+    readings. The `complete` directly inside `CustomLLM.chat` makes none: its span is marked
+    `inner` when it opens.
+    """
+
+    __slots__ = ("chunks", "instance", "kwargs", "metadata", "mode", "name", "path",
+                 "request", "skip", "started", "stream", "t0")
+
+    def __init__(self, skip: bool, mode: str = "", name: str = "",
+                 request: dict[str, Any] | None = None, kwargs: dict[str, Any] | None = None,
+                 metadata: dict[str, Any] | None = None, path: str = "", instance: Any = None,
+                 stream: bool = False) -> None:
+        self.skip = skip
+        self.mode = mode
+        self.name = name
+        #: the stored request (`llm_view`): what the call is matched on
+        self.request = request if request is not None else {}
+        self.kwargs = kwargs if kwargs is not None else {}
+        #: the replay-relevant part of the LLM's metadata, stored with the output
+        self.metadata = metadata if metadata is not None else {}
+        self.path = path
+        self.instance = instance
+        self.stream = stream
+        self.chunks: list[dict[str, Any]] = []
+        self.started = _EPOCH if skip else datetime.now(timezone.utc)
+        self.t0 = 0.0 if skip else time.perf_counter()
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 def _name_of(metadata: dict[str, Any], instance: Any) -> str:
@@ -64,16 +78,6 @@ def _tool_calls(instance: Any, response: Any) -> list[dict[str, Any]] | None:
         return None
 
 
-def _stored(mode: str, response: Any) -> Any:
-    if response is None:
-        return None
-    if mode == "chat":
-        stored = chat_response_for_storage(response)
-        # a deep copy: streaming integrations may reuse and mutate the message object
-        return stored.model_copy(update={"message": copy.deepcopy(stored.message)})
-    return completion_response_for_storage(response)
-
-
 class LlmRecorder:
     """Turns LLM events of one run into `llm` steps."""
 
@@ -87,29 +91,47 @@ class LlmRecorder:
         #: its span closed, so span ancestry cannot tell the inner stream is nested)
         self._chunk_owner: dict[int, tuple[Any, LlmCall]] = {}
 
+    def entered(self, info: SpanInfo) -> None:
+        """An LLM span opened inside another span: directly inside a call of the same LLM
+        being recorded, its events are known to record nothing (the outer call is it)."""
+        outer = self._calls.get(info.parent) if info.parent is not None else None
+        if outer is not None and outer.instance is info.instance:
+            info.inner = True
+
     def start(self, span_id: str | None, mode: str, payload: Any, kwargs: dict[str, Any]
               ) -> None:
         info = self._tree.get(span_id)
-        if span_id is None or info is None or info.owner != "llm":
-            return  # an LLM event outside an LLM span: nothing to attribute it to
-        if is_wrapper_llm(info.instance):
+        if span_id is None or info is None or info.owner != "llm" or info.inner:
+            return  # outside an LLM span (nothing to attribute it to), or inside its call
+        instance = info.instance
+        if is_wrapper_llm(instance):
             # A wrapper (`as_structured_llm`) only formats what its inner LLM answers: record
             # the inner call alone, the one that reaches a model. Recording both would hold
             # the same answer twice, and a replay that puts `ReplayLLM` in for the inner model
             # (the wrapper runs again as local code) would leave the wrapper's step unused.
             with self._lock:
-                self._calls[span_id] = LlmCall(skip=True, instance=info.instance)
+                self._calls[span_id] = LlmCall(skip=True, instance=instance)
             return
-        with self._lock:
-            outer = [self._calls[a] for a in self._tree.ancestor_ids(span_id)
-                     if a in self._calls]
-            if any(c.instance is info.instance for c in outer):
-                self._calls[span_id] = LlmCall(skip=True, instance=info.instance)
-                return
-        call = new_call(info.instance, mode, payload, kwargs, info.path,
+        if self._calls and self._inside_call_of(instance, info.parent, span_id):
+            # the same LLM called itself (CustomLLM.chat -> complete): the outer call is the
+            # one recorded
+            with self._lock:
+                self._calls[span_id] = LlmCall(skip=True, instance=instance)
+            return
+        call = new_call(instance, mode, payload, kwargs, info.path,
                         stream="stream" in info.method)
         with self._lock:
             self._calls[span_id] = call
+
+    def _inside_call_of(self, instance: Any, parent: str | None, span_id: str) -> bool:
+        """Whether an open call of `instance` encloses the span (its parent, most often)."""
+        outer = self._calls.get(parent) if parent is not None else None
+        if outer is not None and outer.instance is instance:
+            return True
+        ancestors = self._tree.ancestor_ids(span_id)
+        with self._lock:
+            return any(c.instance is instance for c in map(self._calls.get, ancestors)
+                       if c is not None)
 
     def chunk(self, span_id: str | None, response: Any) -> None:
         call = self._calls.get(span_id) if span_id else None
@@ -174,13 +196,15 @@ def new_call(instance: Any, mode: str, payload: Any, kwargs: dict[str, Any], pat
     """The record of a call `instance` is making; `name` overrides the model's own name."""
     metadata = llm_metadata(instance)
     return LlmCall(skip=False, mode=mode, name=name or _name_of(metadata, instance),
-                   request=llm_request(mode, payload, kwargs, metadata),
-                   kwargs=llm_kwargs(kwargs), path=path, instance=instance, stream=stream)
+                   request=llm_view(mode, payload, kwargs), kwargs=llm_kwargs(kwargs),
+                   metadata=metadata, path=path, instance=instance, stream=stream)
 
 
 def chunk_item(call: LlmCall, response: Any) -> dict[str, Any]:
     """One streamed chunk as stored: the response and the tool calls read from it."""
-    item: dict[str, Any] = {"response": _stored(call.mode, response)}
+    # a snapshot: the chunks are stored when the stream ends, and streaming integrations
+    # may reuse and mutate the message object meanwhile
+    item: dict[str, Any] = {"response": response_json(response, snapshot=True)}
     if call.mode == "chat":
         item["tool_calls"] = _tool_calls(call.instance, response)
     return item
@@ -192,22 +216,25 @@ def _ms(call: LlmCall) -> float:
 
 def write_call(recorder: Recorder, call: LlmCall, *, response: Any, abandoned: bool = False,
                error: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Record a finished call (or stream); returns the stored output."""
-    output: dict[str, Any] = {"response": _stored(call.mode, response),
-                              "request_kwargs": call.kwargs}
+    """Record a finished call (or stream); returns the stored output.
+
+    No match key is passed: the recorder derives it from the stored request, which is the
+    call's match view (`llm_view`), from the canonical bytes it makes anyway.
+    """
+    output: dict[str, Any] = {
+        "response": response_json(response),
+        "request_kwargs": call.kwargs, "metadata": call.metadata}
     if call.mode == "chat":
         output["tool_calls"] = _tool_calls(call.instance, response)
     if call.stream:
         output.update(stream=True, chunks=call.chunks, abandoned=abandoned, error=error)
     recorder.record("llm", call.name, call.request, output, path=call.path,
-                    match_key=llm_match_key(call.name, call.request, recorder.redactor),
                     started_at=call.started, duration_ms=_ms(call))
     return output
 
 
 def write_error(recorder: Recorder, call: LlmCall, err: BaseException) -> None:
     """Record a call that raised before answering (not a stream that failed midway)."""
-    error = {**error_to_record(err), "request_kwargs": call.kwargs}
+    error = {**error_to_record(err), "request_kwargs": call.kwargs, "metadata": call.metadata}
     recorder.record("llm", call.name, call.request, error, is_error=True, path=call.path,
-                    match_key=llm_match_key(call.name, call.request, recorder.redactor),
                     started_at=call.started, duration_ms=_ms(call))

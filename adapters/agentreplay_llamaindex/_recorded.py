@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentreplay_core import Player, decode
+from agentreplay_llamaindex._convert import is_legacy_request
 
 
 def recorded_names(player: Player, kind: str) -> list[str]:
@@ -27,11 +28,20 @@ def recorded_name(player: Player, kind: str, name: str | None) -> str:
 
 
 def recorded_llm_metadata(player: Player, name: str) -> dict[str, Any]:
-    """The metadata the live LLM reported (context window, chat or completion, tools)."""
+    """The metadata the live LLM reported (context window, chat or completion, tools): with
+    the output, or with the request in runs recorded before `llm_view`."""
     for step in player.steps:
         if step.kind == "llm" and step.name == name:
-            request = decode(step.input, restore_objects=False)
-            meta = request.get("metadata") if isinstance(request, dict) else None
-            if isinstance(meta, dict):
-                return {k: v for k, v in meta.items() if v is not None}
+            for stored in (step.output, step.input):
+                held = stored.get("metadata") if isinstance(stored, dict) else None
+                if isinstance(held, dict):
+                    meta = decode(held, restore_objects=False)
+                    return {k: v for k, v in meta.items() if v is not None}
     return {"model_name": name}
+
+
+def has_legacy_llm_steps(player: Player, name: str) -> bool:
+    """Whether the run holds `name` LLM steps recorded before `llm_view` (their requests hold
+    the metadata and their match keys were computed the old way)."""
+    return any(step.kind == "llm" and step.name == name and is_legacy_request(step.input)
+               for step in player.steps)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncGenerator, Generator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -27,10 +28,16 @@ from agentreplay_core._recorded_errors import error_from_record
 from agentreplay_llamaindex._convert import (
     llm_match_key,
     llm_request,
+    llm_view,
     tool_selections_from_json,
 )
 from agentreplay_llamaindex._live_llm import TOOL_OPTIONS, LiveLLM, tool_options
-from agentreplay_llamaindex._recorded import recorded_llm_metadata, recorded_name
+from agentreplay_llamaindex._recorded import (
+    has_legacy_llm_steps,
+    recorded_llm_metadata,
+    recorded_name,
+)
+from agentreplay_llamaindex._responses import response_from_json
 from agentreplay_llamaindex._tracking import live_path, replay_path
 
 if TYPE_CHECKING:
@@ -60,6 +67,7 @@ class ReplayLLM(FunctionCallingLLM):
     _meta: dict[str, Any] = PrivateAttr()
     _served: list[tuple[Any, list[dict[str, Any]] | None]] = PrivateAttr()
     _live: LiveLLM | None = PrivateAttr()
+    _legacy: bool = PrivateAttr()
 
     def __init__(self, player: Player, *, name: str | None = None, live: LLM | None = None,
                  **kwargs: Any) -> None:
@@ -67,6 +75,7 @@ class ReplayLLM(FunctionCallingLLM):
         super().__init__(recorded_name=resolved, **kwargs)
         self._player = player
         self._meta = recorded_llm_metadata(player, resolved)
+        self._legacy = has_legacy_llm_steps(player, resolved)
         self._served = []
         self._live = None if live is None else LiveLLM(live, resolved, self._remember)
 
@@ -83,21 +92,38 @@ class ReplayLLM(FunctionCallingLLM):
 
     # -- taking recorded steps ------------------------------------------------------------
 
-    def _request(self, mode: str, payload: Any, kwargs: dict[str, Any]
-                 ) -> tuple[dict[str, Any], str]:
-        request = llm_request(mode, payload, kwargs, self._meta)
-        return request, llm_match_key(self.recorded_name, request, self._player.redactor)
+    def _asks(self, mode: str, payload: Any, kwargs: dict[str, Any]
+              ) -> list[tuple[Any, str | None]]:
+        """(request, match key) to ask the player for, in order; a divergence names the last.
+
+        The request is the call's match view, keyed by the player as the recorder keyed it.
+        A run recorded before that view (or forked from one) is asked again with the old
+        request and key: they give the same key unless the request held secrets (the old key
+        was then keyed with the redaction key).
+        """
+        view = llm_view(mode, payload, kwargs)
+        if not self._legacy:
+            return [(view, None)]
+        legacy = llm_request(mode, payload, kwargs, self._meta)
+        return [(view, None),
+                (legacy, llm_match_key(self.recorded_name, legacy, self._player.redactor))]
 
     def _take(self, mode: str, payload: Any, kwargs: dict[str, Any]
               ) -> dict[str, Any] | Recorder:
         """The recorded output, or the forked run's recorder when this call goes live."""
-        request, key = self._request(mode, payload, kwargs)
+        asks = self._asks(mode, payload, kwargs)
         player = self._player
         if self._live is not None and player.fork is not None:
             return player.fork  # after the first divergence every call goes live
+        for request, key in asks[:-1]:
+            with contextlib.suppress(ReplayDivergence):
+                out: dict[str, Any] = player.next("llm", self.recorded_name, request,
+                                                  match_key=key, path=replay_path())
+                return out
+        request, key = asks[-1]
         try:
-            out: dict[str, Any] = player.next("llm", self.recorded_name, request,
-                                              match_key=key, path=replay_path())
+            out = player.next("llm", self.recorded_name, request, match_key=key,
+                              path=replay_path())
         except ReplayDivergence as diverged:
             if self._live is None:
                 raise
@@ -106,13 +132,19 @@ class ReplayLLM(FunctionCallingLLM):
 
     async def _atake(self, mode: str, payload: Any, kwargs: dict[str, Any]
                      ) -> dict[str, Any] | Recorder:
-        request, key = self._request(mode, payload, kwargs)
+        asks = self._asks(mode, payload, kwargs)
         player = self._player
         if self._live is not None and player.fork is not None:
             return player.fork
+        for request, key in asks[:-1]:
+            with contextlib.suppress(ReplayDivergence):
+                out: dict[str, Any] = await player.anext("llm", self.recorded_name, request,
+                                                         match_key=key, path=replay_path())
+                return out
+        request, key = asks[-1]
         try:
-            out: dict[str, Any] = await player.anext("llm", self.recorded_name, request,
-                                                     match_key=key, path=replay_path())
+            out = await player.anext("llm", self.recorded_name, request, match_key=key,
+                                     path=replay_path())
         except ReplayDivergence as diverged:
             if self._live is None:
                 raise
@@ -145,8 +177,9 @@ class ReplayLLM(FunctionCallingLLM):
     def _chunks(self, out: dict[str, Any]) -> list[tuple[Any, list[dict[str, Any]] | None]]:
         """The responses to yield: the recorded chunks, or the whole response as one chunk."""
         if out.get("stream"):
-            return [(c["response"], c.get("tool_calls")) for c in out.get("chunks") or []]
-        response = out["response"]
+            return [(response_from_json(c["response"]), c.get("tool_calls"))
+                    for c in out.get("chunks") or []]
+        response = response_from_json(out["response"])
         if getattr(response, "delta", None) is None:
             text = response.message.content if isinstance(response, ChatResponse) \
                 else response.text
@@ -157,10 +190,10 @@ class ReplayLLM(FunctionCallingLLM):
         """The one response a non-streaming call returns (a recorded stream's last chunk)."""
         if out.get("error"):
             raise error_from_record(out["error"])
-        response, tool_calls = out.get("response"), out.get("tool_calls")
+        response, tool_calls = response_from_json(out.get("response")), out.get("tool_calls")
         if response is None and out.get("chunks"):
             last = out["chunks"][-1]
-            response, tool_calls = last["response"], last.get("tool_calls")
+            response, tool_calls = response_from_json(last["response"]), last.get("tool_calls")
         self._remember(response, tool_calls)
         return response
 

@@ -45,18 +45,40 @@ def live_path(kind: str, name: str, entry_points: frozenset[str] | None = None) 
     return replay_path(entry_points) or join_path(current_path(), f"{kind}:{name}")
 
 
+class TreeSpans:
+    """Builds the span tree during a replay, as the recording does; `instrument(player)`
+    routes the spans of its own context here (see `_routing`)."""
+
+    def __init__(self, tree: SpanTree) -> None:
+        self.tree = tree
+
+    def enter(self, span_id: str, parent_id: str | None, instance: Any) -> None:
+        try:
+            self.tree.enter(span_id, parent_id, instance)
+        except Exception:  # LlamaIndex would swallow it: say so, and replay goes on pathless
+            log.exception("agentreplay: could not track LlamaIndex span %s", span_id)
+
+    def exit(self, span_id: str, bound: inspect.BoundArguments, result: Any) -> None:
+        self.tree.exited(span_id)
+
+    def drop(self, span_id: str, bound: inspect.BoundArguments, err: BaseException | None
+             ) -> None:
+        self.tree.exited(span_id)
+
+
 class TrackingSpanHandler(BaseSpanHandler[SimpleSpan]):
-    """Builds the span tree during a replay, as the recording's span handler does.
+    """`TreeSpans` as a span handler (for attaching by hand to a dispatcher)."""
 
-    `instrument(player)` routes to it the spans of its own context only (see `_routing`).
-    """
-
-    _tree: SpanTree = PrivateAttr()
+    _spans: TreeSpans = PrivateAttr()
 
     def __init__(self, tree: SpanTree) -> None:
         super().__init__(open_spans={}, completed_spans=[], dropped_spans=[],
                          current_span_ids={})
-        self._tree = tree
+        self._spans = TreeSpans(tree)
+
+    @property
+    def spans(self) -> TreeSpans:
+        return self._spans
 
     @classmethod
     def class_name(cls) -> str:
@@ -65,20 +87,17 @@ class TrackingSpanHandler(BaseSpanHandler[SimpleSpan]):
     def new_span(self, id_: str, bound_args: inspect.BoundArguments,
                  instance: Any | None = None, parent_span_id: str | None = None,
                  tags: dict[str, Any] | None = None, **kwargs: Any) -> SimpleSpan | None:
-        try:
-            self._tree.enter(id_, parent_span_id, instance)
-        except Exception:  # LlamaIndex would swallow it: say so, and replay goes on pathless
-            log.exception("agentreplay: could not track LlamaIndex span %s", id_)
+        self._spans.enter(id_, parent_span_id, instance)
         return None
 
     def prepare_to_exit_span(self, id_: str, bound_args: inspect.BoundArguments,
                              instance: Any | None = None, result: Any | None = None,
                              **kwargs: Any) -> SimpleSpan | None:
-        self._tree.exited(id_)
+        self._spans.exit(id_, bound_args, result)
         return None
 
     def prepare_to_drop_span(self, id_: str, bound_args: inspect.BoundArguments,
                              instance: Any | None = None, err: BaseException | None = None,
                              **kwargs: Any) -> SimpleSpan | None:
-        self._tree.exited(id_)
+        self._spans.drop(id_, bound_args, err)
         return None

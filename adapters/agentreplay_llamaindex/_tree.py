@@ -13,8 +13,7 @@ other classes, and a replay tracked with `instrument(player)` must find the reco
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -32,49 +31,74 @@ EMBEDDING_ENTRY_POINTS = frozenset({
     "aget_text_embedding", "get_text_embedding_batch", "aget_text_embedding_batch"})
 
 
-@dataclass
 class SpanInfo:
-    """What the recording needs to know about one span."""
+    """What the recording needs to know about one span (slots: one is made per span)."""
 
-    parent: str | None
-    path: str
-    method: str
-    #: "llm", "embedding", "retriever", "tool" or "" for any other span
-    owner: str = ""
-    name: str = ""
-    instance_id: int = 0
-    #: the LLM itself while its span is open (tool calls are read through it)
-    instance: Any = None
-    #: a tool span inside a span of the same tool (FunctionTool.acall -> call): not recorded
-    nested: bool = False
-    #: inside structured_predict or a pydantic program: its tool only builds the output
-    #: object, locally, and runs again in replay, so it is not recorded
-    structured: bool = False
-    children: dict[str, int] = field(default_factory=dict)
+    __slots__ = ("children", "inner", "instance", "instance_id", "method", "name", "nested",
+                 "owner", "parent", "path", "structured")
 
-
-def _owner(instance: Any) -> tuple[str, str]:
-    """(owner kind, step name) of the object a span runs on."""
-    if isinstance(instance, LLM):
-        return "llm", ""  # named at the start event, from its metadata
-    if isinstance(instance, BaseEmbedding):
-        return "embedding", str(getattr(instance, "model_name", "") or type(instance).__name__)
-    if isinstance(instance, BaseRetriever):
-        return "retriever", type(instance).__name__
-    if isinstance(instance, BaseTool):
-        try:
-            return "tool", instance.metadata.get_name()
-        except Exception:  # a tool without a usable name is still a tool call
-            return "tool", type(instance).__name__
-    return "", ""
+    def __init__(self, parent: str | None, path: str, method: str, owner: str = "",
+                 name: str = "", instance_id: int = 0) -> None:
+        self.parent = parent
+        self.path = path
+        self.method = method
+        #: "llm", "embedding", "retriever", "tool" or "" for any other span
+        self.owner = owner
+        self.name = name
+        self.instance_id = instance_id
+        #: the LLM itself while its span is open (tool calls are read through it)
+        self.instance: Any = None
+        #: a tool span inside a span of the same tool (FunctionTool.acall -> call): not
+        #: recorded
+        self.nested = False
+        #: an LLM span opened by a call of the same LLM being recorded (CustomLLM.chat ->
+        #: complete): its events are not recorded
+        self.inner = False
+        #: inside structured_predict or a pydantic program: its tool only builds the output
+        #: object, locally, and runs again in replay, so it is not recorded
+        self.structured = False
+        #: path segment -> how many children of this span used it (made at the first child)
+        self.children: dict[str, int] | None = None
 
 
-def _segment(owner: str, name: str, method: str, instance: Any) -> str:
-    """The path segment of a span: by role for the parts replay swaps, else `Class.method`."""
+class _Shape(NamedTuple):
+    """What a span's class and method say about it, worked out once per pair."""
+
+    owner: str
+    #: the path segment, escaped for `join_path`; None for a tool (named per instance)
+    segment: str | None
+    structured: bool
+
+
+_SHAPES: dict[tuple[type, str], _Shape] = {}
+
+
+def _shape_of(cls: type, method: str) -> _Shape:
+    owner = ("llm" if issubclass(cls, LLM) else "embedding" if issubclass(cls, BaseEmbedding)
+             else "retriever" if issubclass(cls, BaseRetriever)
+             else "tool" if issubclass(cls, BaseTool) else "")
+    # by role for the parts replay swaps, else `Class.method`
+    role = owner or ("postprocessor" if issubclass(cls, BaseNodePostprocessor) else "")
+    segment = None if owner == "tool" else \
+        f"{role}.{method.rsplit('.', 1)[-1]}" if role else method
+    shape = _Shape(owner, None if segment is None else segment.replace("/", "%2F"),
+                   issubclass(cls, BasePydanticProgram) or "structured_predict" in method)
+    _SHAPES[(cls, method)] = shape
+    return shape
+
+
+def _name(owner: str, instance: Any) -> str:
+    """The step name of the object a span runs on (LLMs are named at their start event)."""
+    if owner == "embedding":
+        return str(getattr(instance, "model_name", "") or type(instance).__name__)
+    if owner == "retriever":
+        return type(instance).__name__
     if owner == "tool":
-        return f"tool:{name}"
-    role = owner or ("postprocessor" if isinstance(instance, BaseNodePostprocessor) else "")
-    return f"{role}.{method.rsplit('.', 1)[-1]}" if role else method
+        try:
+            return str(instance.metadata.get_name())
+        except Exception:  # a tool without a usable name is still a tool call
+            return type(instance).__name__
+    return ""
 
 
 def method_of(span_id: str) -> str:
@@ -92,30 +116,38 @@ class SpanTree:
         self._counts: dict[str, int] = {}
 
     def enter(self, span_id: str, parent_id: str | None, instance: Any) -> SpanInfo:
-        method = method_of(span_id)
-        owner, name = _owner(instance)
-        segment = _segment(owner, name, method, instance)
+        method = span_id.split("-", 1)[0]
+        shape = _SHAPES.get((type(instance), method)) or _shape_of(type(instance), method)
+        owner = shape.owner
+        name = "" if owner in ("", "llm") else _name(owner, instance)
+        segment = shape.segment
+        if segment is None:
+            segment = f"tool:{name}".replace("/", "%2F")
         with self._lock:
             parent = self._spans.get(parent_id) if parent_id else None
-            info = SpanInfo(parent=parent_id if parent else None, path="", method=method,
-                            owner=owner, name=name, instance_id=id(instance))
-            info.path = self._next_path(parent, segment)
+            info = SpanInfo(parent_id if parent else None, "", method, owner, name,
+                            id(instance))
+            if parent is not None:
+                children = parent.children
+                if children is None:
+                    children = parent.children = {}
+                n = children.get(segment, 0)
+                children[segment] = n + 1
+                info.path = f"{parent.path}/{segment}#{n}" if parent.path else f"{segment}#{n}"
+            else:
+                info.path = self._root_path(segment)
             if owner == "llm":
                 info.instance = instance
-            info.structured = (parent is not None and parent.structured) or (
-                "structured_predict" in method or isinstance(instance, BasePydanticProgram))
+            if shape.structured or (parent is not None and parent.structured):
+                info.structured = True
             if owner == "tool":
                 info.nested = info.structured or any(
                     a.owner == "tool" and a.name == name for a in self._ancestors(info))
             self._spans[span_id] = info
         return info
 
-    def _next_path(self, parent: SpanInfo | None, segment: str) -> str:
-        if parent is not None:
-            n = parent.children.get(segment, 0)
-            parent.children[segment] = n + 1
-            return join_path(parent.path, f"{segment}#{n}")
-        # a root span: under whatever path the host code runs at (see `path_scope`)
+    def _root_path(self, segment: str) -> str:
+        """A root span's path: under whatever path the host code runs at (`path_scope`)."""
         base = current_path()
         n = self._roots.get((base, segment), 0)
         self._roots[(base, segment)] = n + 1
@@ -148,11 +180,13 @@ class SpanTree:
                 info = self._spans.get(info.parent)
             return ids
 
-    def exited(self, span_id: str) -> None:
+    def exited(self, span_id: str) -> SpanInfo | None:
+        """The span has ended: forget its object; returns what is known about it."""
         with self._lock:
             info = self._spans.get(span_id)
             if info is not None:
                 info.instance = None  # do not keep the LLM alive for the whole run
+            return info
 
     def count(self, base: str) -> int:
         """0, 1, 2, ... on successive calls with the same `base` (texts of one embedding span)."""
@@ -179,7 +213,7 @@ class SpanTree:
     def loose_path(self, segment: str) -> str:
         """A path for an event outside any known span."""
         with self._lock:
-            return self._next_path(None, segment)
+            return self._root_path(segment.replace("/", "%2F"))
 
     def clear(self) -> None:
         with self._lock:

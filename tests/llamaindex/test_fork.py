@@ -63,7 +63,7 @@ def shape(step: Step) -> tuple[Any, ...]:
     out = step.output if isinstance(step.output, dict) else {}
     kwargs = out.get("request_kwargs")
     return (step.kind, step.name, step.path, sorted(step.input), step.input.get("tools"),
-            step.input.get("metadata"), sorted(out),
+            out.get("metadata"), sorted(out),
             sorted(kwargs) if isinstance(kwargs, dict) else None, out.get("stream"))
 
 

@@ -145,7 +145,9 @@ def test_no_api_key_or_model_dict_is_stored(li_store: Store) -> None:
     steps = li_store.load_steps(rec.run_id)
     stored = json.dumps([[s.input, s.output] for s in steps])
     assert len(steps) == 2 and "sk-live" not in stored
-    assert steps[0].input["metadata"]["model_name"] == "sampled-llm"
+    # the metadata goes with the output: the request is what the call is matched on
+    assert steps[0].output["metadata"]["model_name"] == "sampled-llm"
+    assert "metadata" not in steps[0].input
 
 
 def test_a_live_call_during_replay_is_stopped_by_the_network_guard(li_store: Store) -> None:

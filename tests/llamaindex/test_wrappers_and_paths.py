@@ -15,6 +15,7 @@ from pydantic import Field
 
 from agentreplay_core import Store, decode
 from agentreplay_llamaindex import ReplayLLM, instrument
+from agentreplay_llamaindex._responses import response_from_json
 from tests.llamaindex import scenarios
 from tests.llamaindex.models import SampledLLM, ToolCallingLLM, sample
 
@@ -106,7 +107,8 @@ def test_concurrent_equal_calls_get_their_own_answers_when_tracked(li_store: Sto
         recorded = asyncio.run(fan_out(SlowFirstLLM()))
     # branch a asked first and was answered last: the recording holds b's answer first
     steps = li_store.load_steps(rec.run_id)
-    assert [decode(s.output)["response"].text for s in steps] == [recorded["b"], recorded["a"]]
+    answers = [response_from_json(decode(s.output)["response"]).text for s in steps]
+    assert answers == [recorded["b"], recorded["a"]]
     with li_store.replay(rec.run_id) as player:
         if tracked:
             with instrument(player):

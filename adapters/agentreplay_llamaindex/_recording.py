@@ -1,0 +1,228 @@
+"""The recording of one run: LlamaIndex events and spans become steps.
+
+LlamaIndex swallows every exception a handler raises, so each entry point catches its own,
+logs it and counts it in `recorder.stats.internal_errors` (reported when the run is sealed).
+The host agent never sees a recording failure, and its own exceptions pass through untouched.
+
+This runs on the host's thread for every event and span of the instrumented context, most of
+which record nothing: those return after a dict lookup (events) or one tree update (spans).
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from llama_index.core.instrumentation.events import BaseEvent
+from llama_index.core.instrumentation.events.embedding import EmbeddingEndEvent
+from llama_index.core.instrumentation.events.exception import ExceptionEvent
+from llama_index.core.instrumentation.events.llm import (
+    LLMChatEndEvent,
+    LLMChatInProgressEvent,
+    LLMChatStartEvent,
+    LLMCompletionEndEvent,
+    LLMCompletionInProgressEvent,
+    LLMCompletionStartEvent,
+)
+from llama_index.core.instrumentation.events.rerank import ReRankEndEvent, ReRankStartEvent
+from llama_index.core.instrumentation.events.retrieval import RetrievalEndEvent
+
+from agentreplay_core import Recorder
+from agentreplay_core._keys import join_path
+from agentreplay_core._recorded_errors import error_to_record
+from agentreplay_llamaindex._convert import (
+    nodes_json,
+    query_text,
+    tool_output_for_storage,
+    tool_request,
+)
+from agentreplay_llamaindex._llm_calls import LlmRecorder
+from agentreplay_llamaindex._tree import EMBEDDING_ENTRY_POINTS, SpanInfo, SpanTree
+
+log = logging.getLogger("agentreplay.llamaindex")
+
+Route = Callable[["RecordingSession", Any], None]
+
+
+class RecordingSession:
+    """The recording state of one run: events become steps, spans give paths and tool calls.
+
+    `instrument()` routes this context's events and spans straight here (plain calls: the
+    pydantic handlers' private attributes cost ~1.5 us per access); attached by hand, the
+    `RecordingEventHandler` and `RecordingSpanHandler` forward to it. Every entry point
+    catches its own errors, counts them and logs them.
+    """
+
+    def __init__(self, recorder: Recorder) -> None:
+        self.recorder = recorder
+        self.tree = SpanTree()
+        self.llm = LlmRecorder(recorder, self.tree)
+        self._rerank: dict[str, dict[str, Any]] = {}
+
+    def failed(self, where: str) -> None:
+        self.recorder.stats.internal_errors += 1
+        log.exception("agentreplay: run %s: could not record LlamaIndex %s",
+                      self.recorder.run_id, where)
+
+    def path_for(self, span_id: str | None, segment: str) -> str:
+        info = self.tree.get(span_id)
+        return info.path if info is not None else self.tree.loose_path(segment)
+
+    def embeddings(self, event: EmbeddingEndEvent) -> None:
+        info = self.tree.get(event.span_id)
+        name = info.name if info is not None and info.owner == "embedding" else "embedding"
+        # query and text embeddings of one model differ (instructions, prefixes): the span
+        # (get_query_embedding vs get_text_embedding_batch) tells which this was
+        mode = "query" if info is not None and "query" in info.method.lower() else "text"
+        base = self.path_for(event.span_id, f"embedding:{name}")
+        for text, vector in zip(event.chunks, event.embeddings, strict=False):
+            self.recorder.record("embedding", name, {"mode": mode, "text": text},
+                                 [float(x) for x in vector],
+                                 path=join_path(base, str(self.tree.count(base))))
+
+    def retrieval(self, event: RetrievalEndEvent) -> None:
+        info = self.tree.get(event.span_id)
+        name = info.name if info is not None and info.owner == "retriever" else "retriever"
+        self.recorder.record("retriever", name,
+                             {"query": query_text(event.str_or_query_bundle)},
+                             nodes_json(event.nodes),
+                             path=self.path_for(event.span_id, f"retriever:{name}"))
+
+    def rerank_start(self, event: ReRankStartEvent) -> None:
+        if event.span_id is not None:
+            self._rerank[event.span_id] = {
+                "model": event.model_name,
+                "request": {"query": query_text(event.query) if event.query else None,
+                            "node_ids": [n.node.node_id for n in event.nodes],
+                            "top_n": event.top_n}}
+
+    def rerank_end(self, event: ReRankEndEvent) -> None:
+        started = self._rerank.pop(event.span_id, None) if event.span_id else None
+        if started is None:
+            return
+        name = str(started["model"] or "rerank")
+        self.recorder.record("rerank", name, started["request"], nodes_json(event.nodes),
+                             path=self.path_for(event.span_id, f"rerank:{name}"))
+
+    def tool_done(self, info: SpanInfo | None, bound: inspect.BoundArguments, result: Any,
+                  err: BaseException | None) -> None:
+        if info is None or info.owner != "tool" or info.nested:
+            return
+        request = tool_request(bound.args, bound.kwargs)
+        if err is not None:
+            self.recorder.record("tool", info.name, request, error_to_record(err),
+                                 is_error=True, path=info.path)
+        elif result is not None and not inspect.isawaitable(result):
+            self.recorder.record("tool", info.name, request, tool_output_for_storage(result),
+                                 path=info.path)
+
+    def embedding_failed(self, span_id: str, bound: inspect.BoundArguments,
+                         err: BaseException) -> None:
+        """An embedding call raised: record the error on the first text not yet embedded."""
+        info = self.tree.get(span_id)
+        method = info.method.rsplit(".", 1)[-1] if info is not None else ""
+        if info is None or info.owner != "embedding" or method not in EMBEDDING_ENTRY_POINTS:
+            return
+        args = bound.arguments
+        texts = [args["query"]] if "query" in args else [args["text"]] if "text" in args \
+            else list(args.get("texts") or [])
+        done = self.tree.counted(info.path)  # texts of earlier batches that succeeded
+        if done >= len(texts):
+            return
+        mode = "query" if "query" in method else "text"
+        self.recorder.record("embedding", info.name, {"mode": mode, "text": texts[done]},
+                             error_to_record(err), is_error=True,
+                             path=join_path(info.path, str(done)))
+
+    def close(self) -> None:
+        self.llm.close()
+        self.tree.clear()
+
+    # -- entry points ---------------------------------------------------------------------
+
+    def handle(self, event: BaseEvent) -> None:
+        """One LlamaIndex event (of any kind: most are not recorded)."""
+        try:
+            route = _ROUTES.get(type(event), _UNRESOLVED)
+            if route is _UNRESOLVED:
+                route = _resolve(type(event))
+            if route is not None:
+                route(self, event)
+        except Exception:
+            self.failed(type(event).__name__)
+
+    def enter(self, span_id: str, parent_id: str | None, instance: Any) -> None:
+        try:
+            info = self.tree.enter(span_id, parent_id, instance)
+            if info.owner == "llm" and info.parent is not None:
+                self.llm.entered(info)
+        except Exception:
+            self.failed("span start")
+
+    def exit(self, span_id: str, bound: inspect.BoundArguments, result: Any) -> None:
+        try:
+            info = self.tree.exited(span_id)
+            if info is not None and info.owner == "tool":
+                self.tool_done(info, bound, result, None)
+        except Exception:
+            self.failed("span end")
+
+    def drop(self, span_id: str, bound: inspect.BoundArguments, err: BaseException | None
+             ) -> None:
+        try:
+            error = err if err is not None else RuntimeError("span dropped without an error")
+            self.tool_done(self.tree.get(span_id), bound, None, error)
+            if self.llm.is_open(span_id):  # a non-streaming LLM call that raised
+                self.llm.failed(span_id, error, streaming=False)
+            self.embedding_failed(span_id, bound, error)
+            self.tree.exited(span_id)
+        except Exception:
+            self.failed("span error")
+
+
+def _chat_start(s: RecordingSession, e: LLMChatStartEvent) -> None:
+    s.llm.start(e.span_id, "chat", e.messages, e.additional_kwargs)  # read, never kept
+
+
+def _completion_start(s: RecordingSession, e: LLMCompletionStartEvent) -> None:
+    s.llm.start(e.span_id, "complete", e.prompt, e.additional_kwargs)
+
+
+def _chunk(s: RecordingSession, e: LLMChatInProgressEvent | LLMCompletionInProgressEvent
+           ) -> None:
+    s.llm.chunk(e.span_id, e.response)
+
+
+def _end(s: RecordingSession, e: LLMChatEndEvent | LLMCompletionEndEvent) -> None:
+    s.llm.end(e.span_id, e.response)
+
+
+def _exception(s: RecordingSession, e: ExceptionEvent) -> None:
+    s.llm.failed(e.span_id, e.exception, streaming=True)
+
+
+#: event class -> what records it, in the order they are tested (subclasses included)
+_BY_CLASS: tuple[tuple[type, Route], ...] = (
+    (LLMChatStartEvent, _chat_start),
+    (LLMCompletionStartEvent, _completion_start),
+    (LLMChatInProgressEvent, _chunk),
+    (LLMCompletionInProgressEvent, _chunk),
+    (LLMChatEndEvent, _end),
+    (LLMCompletionEndEvent, _end),
+    (ExceptionEvent, _exception),
+    (EmbeddingEndEvent, RecordingSession.embeddings),
+    (RetrievalEndEvent, RecordingSession.retrieval),
+    (ReRankStartEvent, RecordingSession.rerank_start),
+    (ReRankEndEvent, RecordingSession.rerank_end),
+)
+_UNRESOLVED: Any = object()
+#: event type -> its route, or None for events nothing is recorded from (filled as met)
+_ROUTES: dict[type, Route | None] = {}
+
+
+def _resolve(cls: type) -> Route | None:
+    route = next((r for base, r in _BY_CLASS if issubclass(cls, base)), None)
+    _ROUTES[cls] = route
+    return route
