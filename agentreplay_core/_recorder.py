@@ -185,6 +185,12 @@ class Recorder:
                 self._writer.submit(step)
         if self._sync:  # committed outside the lock: threads do not queue behind each commit
             self._writer.submit(step)
+        elif self._writer.behind():
+            # The writer is a batch behind: this thread prepares its own step (and any before
+            # it) instead of piling up more work. A thread that records faster than the
+            # database takes rows would soon wait on backpressure anyway; this way its work
+            # overlaps the writer's wait on the database.
+            step.settle()
         return number
 
     @property
@@ -243,9 +249,14 @@ class Recorder:
                 return
             self._closed = True
             count = self._next_step - 1
-        head = seal_checksum(self.run_id, status, count, self._chain.settle_all(), self._key)
-        self._writer.submit_finish(RunFinish(self.run_id, status, count, head,
-                                             datetime.now(timezone.utc)))
+        finished_at = datetime.now(timezone.utc)
+
+        def seal() -> RunFinish:  # on the writer's thread, after the run's last step
+            head = seal_checksum(self.run_id, status, count, self._chain.settle_all(),
+                                 self._key)
+            return RunFinish(self.run_id, status, count, head, finished_at)
+
+        self._writer.submit_finish(seal)
         if not self._writer.wait_durable(timeout):
             log.error("agentreplay: run %s not fully written after %ss", self.run_id, timeout)
         written, self.stats.spooled, self.stats.lost = step_counts(self._writer, self.run_id)

@@ -10,7 +10,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal, Protocol, Union
 from uuid import UUID
 
@@ -36,6 +36,10 @@ class Settleable(Protocol):
     def settle(self) -> tuple[PendingStep, Sequence[EmbeddingRow]]: ...
 
 
+#: makes a run's seal once its steps are chained (on the thread that writes it)
+FinishMaker = Callable[[], RunFinish]
+
+
 class SyncWriter:
     """Each call returns once its row is committed (or spooled)."""
 
@@ -49,8 +53,11 @@ class SyncWriter:
         row, embeddings = step.settle()
         self.sink.write_rows([row], embeddings)
 
-    def submit_finish(self, finish: RunFinish) -> None:
-        self.sink.write_finish(finish)
+    def behind(self) -> bool:
+        return False
+
+    def submit_finish(self, finish: FinishMaker) -> None:
+        self.sink.write_finish(finish())
 
     def wait_durable(self, timeout: float | None = None) -> bool:
         return True
@@ -62,7 +69,7 @@ class SyncWriter:
 _Item = Union[  # noqa: UP007 - a runtime alias; `|` between tuple types needs 3.10+ anyway
     tuple[Literal["run"], Run],
     tuple[Literal["step"], Settleable],
-    tuple[Literal["finish"], RunFinish],
+    tuple[Literal["finish"], "FinishMaker"],
     tuple[Literal["barrier"], threading.Event],
     tuple[Literal["stop"], threading.Event],
 ]
@@ -151,6 +158,10 @@ class BatchedWriter:
                 self._room.wait(min(remaining, 0.1))
         return True
 
+    def behind(self) -> bool:
+        """Whether a full batch waits already: the writer is not keeping up."""
+        return len(self._items) >= self.max_batch
+
     def submit_run(self, run: Run) -> None:
         if not self._put(("run", run)):
             self.sink.write_run(run)
@@ -164,13 +175,13 @@ class BatchedWriter:
         else:
             self.sink.spool_rows([row], embeddings)
 
-    def submit_finish(self, finish: RunFinish) -> None:
+    def submit_finish(self, finish: FinishMaker) -> None:
         if self._put(("finish", finish)):
             return
         if self._closed:
-            self.sink.write_finish(finish)
+            self.sink.write_finish(finish())
         else:
-            self.sink.spool_finish(finish)
+            self.sink.spool_finish(finish())
 
     def wait_durable(self, timeout: float | None = None) -> bool:
         """Block until everything submitted so far is written (or spooled)."""
@@ -256,7 +267,12 @@ class BatchedWriter:
             if item[0] == "run":
                 self.sink.write_run(item[1])
             elif item[0] == "finish":
-                self.sink.write_finish(item[1])
+                try:
+                    finish = item[1]()
+                except Exception:  # the seal is made from settled steps; a last line of defence
+                    log.exception("agentreplay: writer could not seal a run")
+                    continue
+                self.sink.write_finish(finish)
             elif item[0] == "barrier":
                 item[1].set()
             else:

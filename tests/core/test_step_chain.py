@@ -110,3 +110,35 @@ def test_many_threads_record_one_chain_in_step_order(pg_store: Store) -> None:
     for t in range(8):
         mine = [s.input["i"] for s in steps if s.name == f"t{t}"]
         assert mine == list(range(200))  # each thread's steps in the order it made them
+
+
+def test_a_caller_ahead_of_a_stalled_writer_prepares_its_own_steps(
+    pg_dsn: str, pg_schema: str
+) -> None:
+    import psycopg
+    from psycopg import sql
+
+    store = open_store(pg_dsn, schema=pg_schema)
+    noting = _NotingRedactor()
+    store.redaction = noting
+    blocker = psycopg.connect(pg_dsn)
+    caller = threading.current_thread().name
+    try:
+        with store.record(name="behind") as rec:
+            rec.record("tool", "warm-up", {}, 0)
+            assert rec.flush()
+            noting.threads.clear()
+            blocker.execute(sql.SQL("LOCK TABLE {}.run_log IN ACCESS EXCLUSIVE MODE").format(
+                sql.Identifier(pg_schema)))
+            for i in range(2_500):  # the writer takes one batch (1,000) and waits on the lock
+                rec.record("tool", "t", {"i": i}, i)
+            prepared_here = noting.threads.count(caller)
+            blocker.rollback()
+        # the queue stayed about one batch long: the rest was prepared on this thread
+        assert prepared_here >= 2_500 - 2 * 1_000
+    finally:
+        blocker.close()
+        store.close()
+    with open_store(pg_dsn, schema=pg_schema) as check:
+        assert check.verify(rec.run_id).ok
+        assert len(check.load_steps(rec.run_id)) == 2_501
