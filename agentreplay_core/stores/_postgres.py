@@ -451,12 +451,20 @@ class PostgresBackend(StoreBackend):
                 with self._connection(action, self.write_timeout, write=True) as conn:
                     conn.execute(self._insert_query(conn, len(steps), idempotent), params)
                 return
-            with self._connection(action, self.write_timeout, write=True) as conn, \
-                    conn.transaction(), conn.cursor() as cur:
-                if steps:
-                    self._copy_steps(cur, steps, idempotent)
-                if vectors:
-                    self._copy_vectors(cur, vectors, idempotent)
+            with self._connection(action, self.write_timeout, write=True) as conn:
+                if not vectors and not idempotent:
+                    # One COPY on an autocommit connection is atomic on its own: no BEGIN and
+                    # COMMIT round trips. Each wait on the server costs the writer thread a
+                    # wait for the GIL when the agent's thread is busy (up to the switch
+                    # interval, 5 ms), so round trips cost more here than their latency.
+                    with conn.cursor() as cur:
+                        self._copy_steps(cur, steps, idempotent)
+                    return
+                with conn.transaction(), conn.cursor() as cur:
+                    if steps:
+                        self._copy_steps(cur, steps, idempotent)
+                    if vectors:
+                        self._copy_vectors(cur, vectors, idempotent)
         except StoreError as exc:
             if isinstance(exc.__cause__, psycopg.errors.UniqueViolation):
                 raise StoreError(
