@@ -25,14 +25,6 @@ def _own_spool(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("AGENTREPLAY_SPOOL_DIR", str(tmp_path / "spool"))
 
 
-@pytest.fixture(scope="module")
-def server_has_pgvector(pg_dsn: str) -> bool:
-    """Asked of the server directly, not of the code under test."""
-    with psycopg.connect(pg_dsn) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM pg_available_extensions WHERE name = 'vector'").fetchone()
-    return bool(row and row[0])
-
 
 def record_rag_run(url: str, schema: str = "agentreplay") -> uuid.UUID:
     options = {"schema": schema} if url.startswith("postgresql") else {}

@@ -7,7 +7,6 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -26,21 +25,6 @@ from tests.support.pgcluster import PgCluster
 T0 = datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=timezone.utc)
 
 
-@pytest.fixture(scope="module")
-def server_has_pgvector(pg_dsn: str) -> bool:
-    """Asked of the server directly, not of the code under test."""
-    with psycopg.connect(pg_dsn) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM pg_available_extensions WHERE name = 'vector'"
-        ).fetchone()
-    return bool(row and row[0])
-
-
-@pytest.fixture
-def backend(pg_dsn: str, pg_schema: str) -> Iterator[PostgresBackend]:
-    store = PostgresBackend(pg_dsn, schema=pg_schema, max_size=2)
-    yield store
-    store.close()
 
 
 def new_run(backend: PostgresBackend, **fields: Any) -> uuid.UUID:

@@ -8,7 +8,7 @@ import math
 import random
 import struct
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -59,20 +59,6 @@ def _odd_vector(seed: int) -> list[float]:
     return v
 
 
-@pytest.fixture(scope="module")
-def server_has_pgvector(pg_dsn: str) -> bool:
-    """Asked of the server directly, not of the code under test."""
-    with psycopg.connect(pg_dsn) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM pg_available_extensions WHERE name = 'vector'").fetchone()
-    return bool(row and row[0])
-
-
-@pytest.fixture
-def backend(pg_dsn: str, pg_schema: str) -> Iterator[PostgresBackend]:
-    store = PostgresBackend(pg_dsn, schema=pg_schema, max_size=2)
-    yield store
-    store.close()
 
 
 def _vector_positions(dsn: str, schema: str, run_id: uuid.UUID) -> list[tuple[int, int, int]]:
