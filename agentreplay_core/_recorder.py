@@ -250,6 +250,9 @@ class Recorder:
             self._closed = True
             count = self._next_step - 1
         finished_at = datetime.now(timezone.utc)
+        # This thread would only wait for the writer now: it makes the rows still queued, while
+        # the writer sends the batches already made (its waits on the database hold no GIL).
+        self._chain.settle_all()
 
         def seal() -> RunFinish:  # on the writer's thread, after the run's last step
             head = seal_checksum(self.run_id, status, count, self._chain.settle_all(),

@@ -85,11 +85,16 @@ class StepChain:
                 self._settle(self._waiting.popleft())
 
     def settle_all(self) -> bytes:
-        """Make every queued step's row; the digest of the last step (for the seal)."""
-        with self._lock:
-            while self._waiting:
+        """Make every queued step's row; the digest of the last step (for the seal).
+
+        The lock is taken step by step, so that a writer waiting to make the first row of its
+        batch is not held up behind the whole queue.
+        """
+        while True:
+            with self._lock:
+                if not self._waiting:
+                    return self.head
                 self._settle(self._waiting.popleft())
-            return self.head
 
     def _settle(self, step: Captured) -> None:
         try:
