@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime, timezone
+from typing import Any
 
 from agentreplay_core import Step
 from agentreplay_core._model import loaded_step
 
 
 def test_loaded_step_is_the_model_construct_instance() -> None:
-    values = {"run_id": uuid.uuid4(), "step": 3, "kind": "llm", "name": "chat_model",
-              "match_key": "ab" * 16, "path": "chat_model:chat_model",
-              "input": {"messages": [1, 2.5, None]}, "output": ["x"], "is_error": True,
-              "started_at": datetime(2026, 1, 2, tzinfo=timezone.utc), "duration_ms": 1.5,
-              "checksum": "cd" * 32}
+    values: dict[str, Any] = {
+        "run_id": uuid.uuid4(), "step": 3, "kind": "llm", "name": "chat_model",
+        "match_key": "ab" * 16, "path": "chat_model:chat_model",
+        "input": {"messages": [1, 2.5, None]}, "output": ["x"], "is_error": True,
+        "started_at": datetime(2026, 1, 2, tzinfo=timezone.utc), "duration_ms": 1.5,
+        "checksum": "cd" * 32,
+    }
     fast = loaded_step(*values.values())
     built = Step.model_construct(**values)
     assert fast == built
