@@ -10,7 +10,6 @@ payloads big enough for the release to pay off are hashed in one piece.
 from __future__ import annotations
 
 import hashlib
-import hmac
 from typing import Any
 
 #: hashlib's HASHLIB_GIL_MINSIZE is 2048: shorter updates keep the GIL
@@ -19,7 +18,8 @@ _PIECE = 2047
 _SHARE_ABOVE = 64 * 1024
 
 
-def _feed(digest: Any, data: bytes) -> None:
+def feed(digest: Any, data: bytes) -> None:
+    """`digest.update(data)`, in pieces small enough to keep the GIL."""
     if len(data) <= _PIECE or len(data) > _SHARE_ABOVE:
         digest.update(data)
         return
@@ -28,16 +28,9 @@ def _feed(digest: Any, data: bytes) -> None:
         digest.update(view[start:start + _PIECE])
 
 
-def sha256(*parts: bytes) -> Any:
-    """A finished-to-be SHA-256 object over `parts` (call .digest() or .hexdigest())."""
+def sha256_hex(*parts: bytes) -> str:
+    """SHA-256 of `parts` in turn, as hex."""
     digest = hashlib.sha256()
     for part in parts:
-        _feed(digest, part)
-    return digest
-
-
-def chained(key: bytes | None, previous: bytes, payload: bytes) -> bytes:
-    """HMAC-SHA256 under `key` (plain SHA-256 without one) of `previous` then `payload`."""
-    digest = hmac.new(key, previous, hashlib.sha256) if key else hashlib.sha256(previous)
-    _feed(digest, payload)
-    return digest.digest()
+        feed(digest, part)
+    return digest.hexdigest()

@@ -33,7 +33,7 @@ from uuid import UUID
 import orjson
 
 from agentreplay_core._codec import canonical_bytes
-from agentreplay_core._hashing import chained
+from agentreplay_core._hashing import feed
 from agentreplay_core._model import Run, RunStatus, Step
 
 GENESIS = hashlib.sha256(b"agentreplay/chain/v1").digest()
@@ -112,7 +112,9 @@ def _run_json(run_id: UUID) -> bytes:
 def chain_next(previous: bytes, payload: bytes, key: bytes | None) -> bytes:
     """The next 32-byte chain digest."""
     # fed in two parts: `previous + payload` would copy a payload of any size once more
-    return chained(key, previous, payload)
+    digest = hmac.new(key, previous, hashlib.sha256) if key else hashlib.sha256(previous)
+    feed(digest, payload)
+    return digest.digest()
 
 
 @dataclass(frozen=True)

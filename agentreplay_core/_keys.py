@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 
 from agentreplay_core._codec import canonical_bytes, encode
-from agentreplay_core._hashing import sha256
+from agentreplay_core._hashing import sha256_hex
 
 _current_path: ContextVar[str] = ContextVar("agentreplay_path", default="")
 
@@ -30,11 +30,10 @@ def strip_volatile(value: Any, keys: Iterable[str] = DEFAULT_VOLATILE_KEYS) -> A
 
 def match_key_of_canonical(kind: str, name: str, request_json: bytes) -> str:
     """The match key from the request's canonical bytes: SHA-256 of the canonical JSON of
-    `[kind, name, request]` (built by concatenation, so the request is not serialised twice),
-    first 32 hex digits."""
-    payload = b"".join((b"[", orjson.dumps(kind), b",", orjson.dumps(name), b",",
-                        request_json, b"]"))
-    return str(sha256(payload).hexdigest()[:32])
+    `[kind, name, request]` (hashed in parts, so the request is neither serialised nor copied
+    again), first 32 hex digits."""
+    return sha256_hex(b"[", orjson.dumps(kind), b",", orjson.dumps(name), b",", request_json,
+                      b"]")[:32]
 
 
 def match_key_of_encoded(kind: str, name: str, encoded_request: Any) -> str:

@@ -252,14 +252,8 @@ class Recorder:
         finished_at = datetime.now(timezone.utc)
         # This thread would only wait for the writer now: it makes the rows still queued, while
         # the writer sends the batches already made (its waits on the database hold no GIL).
-        self._chain.settle_all()
-
-        def seal() -> RunFinish:  # on the writer's thread, after the run's last step
-            head = seal_checksum(self.run_id, status, count, self._chain.settle_all(),
-                                 self._key)
-            return RunFinish(self.run_id, status, count, head, finished_at)
-
-        self._writer.submit_finish(seal)
+        head = seal_checksum(self.run_id, status, count, self._chain.settle_all(), self._key)
+        self._writer.submit_finish(RunFinish(self.run_id, status, count, head, finished_at))
         if not self._writer.wait_durable(timeout):
             log.error("agentreplay: run %s not fully written after %ss", self.run_id, timeout)
         written, self.stats.spooled, self.stats.lost = step_counts(self._writer, self.run_id)

@@ -10,7 +10,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Literal, Protocol, Union
 from uuid import UUID
 
@@ -36,10 +36,6 @@ class Settleable(Protocol):
     def settle(self) -> tuple[PendingStep, Sequence[EmbeddingRow]]: ...
 
 
-#: makes a run's seal once its steps are chained (on the thread that writes it)
-FinishMaker = Callable[[], RunFinish]
-
-
 class SyncWriter:
     """Each call returns once its row is committed (or spooled)."""
 
@@ -56,8 +52,8 @@ class SyncWriter:
     def behind(self) -> bool:
         return False
 
-    def submit_finish(self, finish: FinishMaker) -> None:
-        self.sink.write_finish(finish())
+    def submit_finish(self, finish: RunFinish) -> None:
+        self.sink.write_finish(finish)
 
     def wait_durable(self, timeout: float | None = None) -> bool:
         return True
@@ -69,7 +65,7 @@ class SyncWriter:
 _Item = Union[  # noqa: UP007 - a runtime alias; `|` between tuple types needs 3.10+ anyway
     tuple[Literal["run"], Run],
     tuple[Literal["step"], Settleable],
-    tuple[Literal["finish"], "FinishMaker"],
+    tuple[Literal["finish"], RunFinish],
     tuple[Literal["barrier"], threading.Event],
     tuple[Literal["stop"], threading.Event],
 ]
@@ -175,13 +171,13 @@ class BatchedWriter:
         else:
             self.sink.spool_rows([row], embeddings)
 
-    def submit_finish(self, finish: FinishMaker) -> None:
+    def submit_finish(self, finish: RunFinish) -> None:
         if self._put(("finish", finish)):
             return
         if self._closed:
-            self.sink.write_finish(finish())
+            self.sink.write_finish(finish)
         else:
-            self.sink.spool_finish(finish())
+            self.sink.spool_finish(finish)
 
     def wait_durable(self, timeout: float | None = None) -> bool:
         """Block until everything submitted so far is written (or spooled)."""
@@ -267,12 +263,7 @@ class BatchedWriter:
             if item[0] == "run":
                 self.sink.write_run(item[1])
             elif item[0] == "finish":
-                try:
-                    finish = item[1]()
-                except Exception:  # the seal is made from settled steps; a last line of defence
-                    log.exception("agentreplay: writer could not seal a run")
-                    continue
-                self.sink.write_finish(finish)
+                self.sink.write_finish(item[1])
             elif item[0] == "barrier":
                 item[1].set()
             else:

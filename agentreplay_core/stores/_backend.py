@@ -40,6 +40,11 @@ class PendingStep:
     checksum: str
     stored_input_json: bytes | None = None
 
+    @property
+    def stored_input(self) -> bytes:
+        """What a backend that resolves deltas stores in the input column."""
+        return self.input_json if self.stored_input_json is None else self.stored_input_json
+
 
 @dataclass(slots=True)
 class EmbeddingRow:

@@ -103,10 +103,9 @@ def step_values(s: PendingStep) -> tuple[Any, ...]:
     `str` first would cost a copy of each (four times its size for text beyond Latin-1) that
     psycopg would only encode back to UTF-8.
     """
-    stored_in = s.input_json if s.stored_input_json is None else s.stored_input_json
     return (
         s.run_id, s.step, s.kind, s.name, s.match_key, s.path,
-        Jsonb(stored_in, dumps=_as_is), Jsonb(s.output_json, dumps=_as_is), s.is_error,
+        Jsonb(s.stored_input, dumps=_as_is), Jsonb(s.output_json, dumps=_as_is), s.is_error,
         s.started_at, s.duration_ms, s.checksum,
     )  # fmt: skip
 
@@ -153,7 +152,7 @@ def _render_steps(steps: Sequence[PendingStep], micros: list[int]) -> Iterator[b
             run = ids[s.run_id] = s.run_id.bytes
         kind, name = s.kind.encode(), s.name.encode()
         key, path, checksum = s.match_key.encode(), s.path.encode(), s.checksum.encode()
-        stored_in = s.input_json if s.stored_input_json is None else s.stored_input_json
+        stored_in = s.stored_input
         out += head(12, 16, run, 4, s.step, len(kind))
         out += kind
         out += i4(len(name))
