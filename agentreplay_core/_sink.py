@@ -21,6 +21,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_expone
 
 from agentreplay_core._model import Run
 from agentreplay_core._spool import Spool
+from agentreplay_core._step_rows import SettlingRows
 from agentreplay_core.stores._backend import EmbeddingRow, PendingStep, RunFinish, StoreBackend
 
 log = logging.getLogger("agentreplay")
@@ -122,7 +123,41 @@ class Sink:
             with self._lock:  # no step loads without the header: count them lost, not spooled
                 self._rejected_runs.add(run.run_id)
 
-    def write_rows(self, steps: Sequence[PendingStep], embeddings: Sequence[EmbeddingRow]) -> None:
+    def write_group(self, run: Run | None, steps: SettlingRows,
+                    finish: RunFinish | None) -> None:
+        """A run's row, steps (of any runs) and a seal, in this order. In one transaction
+        where the backend can (`StoreBackend.write_group`, which reads the rows as they are
+        made) unless one of the runs is being spooled; if that fails, or otherwise, one by
+        one with the usual retries, spooling and rejection of single rows."""
+        run_ids = set(steps.run_ids)
+        run_ids.update(r.run_id for r in (run, finish) if r is not None)
+        together = (self.backend.atomic_groups
+                    and run_ids.isdisjoint(self._spooling)
+                    and run_ids.isdisjoint(self._rejected_runs)
+                    and time.monotonic() >= self._down_until)
+        unsure = False
+        if together:
+            try:
+                self.backend.write_group(run, steps, steps.embeddings, finish)
+            except Exception as exc:
+                log.debug("agentreplay: writing %d step(s) in one transaction failed (%r); "
+                          "writing them one by one", len(steps), exc)
+                # a refusal rolled everything back; a lost connection may have lost only
+                # the answer to a commit that went through
+                unsure = not self.backend.is_permanent(exc)
+            else:
+                self._count(self.written_steps, steps.all())  # all read by the backend
+                return
+        if run is not None:
+            self.write_run(run)
+        rows = steps.all()
+        if rows:
+            self.write_rows(rows, steps.embeddings, retried=unsure)
+        if finish is not None:
+            self.write_finish(finish)
+
+    def write_rows(self, steps: Sequence[PendingStep], embeddings: Sequence[EmbeddingRow],
+                   *, retried: bool = False) -> None:
         orphans = [s for s in steps if s.run_id in self._rejected_runs]
         if orphans:
             self._count(self.lost_steps, orphans)
@@ -130,7 +165,7 @@ class Sink:
         direct = [s for s in steps if s.run_id not in self._spooling]
         spooled = [s for s in steps if s.run_id in self._spooling]
         if direct:
-            spooled.extend(self._write_direct(direct, embeddings))
+            spooled.extend(self._write_direct(direct, embeddings, retried=retried))
         if spooled:
             self._spool_steps(spooled, embeddings)
 
@@ -146,12 +181,12 @@ class Sink:
                                f"{len(rows)} step(s) of run {run_id}")
             self._count(self.spooled_steps if kept else self.lost_steps, rows)
 
-    def _write_direct(self, steps: list[PendingStep], embeddings: Sequence[EmbeddingRow]
-                      ) -> list[PendingStep]:
+    def _write_direct(self, steps: list[PendingStep], embeddings: Sequence[EmbeddingRow],
+                      *, retried: bool = False) -> list[PendingStep]:
         """Write to the backend; returns the steps that must be spooled instead."""
         ids = {s.run_id for s in steps}
         vectors = [e for e in embeddings if e.run_id in ids]
-        attempts = [0]
+        attempts = [1 if retried else 0]
 
         def append() -> None:
             # A connection lost during COMMIT leaves the batch's fate unknown: later attempts
@@ -173,7 +208,7 @@ class Sink:
         to_spool: list[PendingStep] = []
         for step in steps:  # find the rejected row(s); keep the others
             own = [e for e in vectors if e.run_id == step.run_id and e.step == step.step]
-            to_spool.extend(self._write_direct([step], own))
+            to_spool.extend(self._write_direct([step], own, retried=retried))
         return to_spool
 
     def spool_rows(self, steps: Sequence[PendingStep], embeddings: Sequence[EmbeddingRow]) -> None:

@@ -10,13 +10,13 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Sequence
-from typing import Literal, Protocol, Union
+from typing import Literal, Union
 from uuid import UUID
 
 from agentreplay_core._model import Run
 from agentreplay_core._sink import Sink
-from agentreplay_core.stores._backend import EmbeddingRow, PendingStep, RunFinish
+from agentreplay_core._step_rows import Settleable, SettlingRows
+from agentreplay_core.stores._backend import RunFinish
 
 log = logging.getLogger("agentreplay")
 
@@ -28,12 +28,6 @@ def check_durability(value: str) -> Durability:
     if value not in DURABILITY_MODES:
         raise ValueError(f"durability must be one of {', '.join(DURABILITY_MODES)}, not {value!r}")
     return value  # type: ignore[return-value]
-
-
-class Settleable(Protocol):
-    """A recorded step whose row may still have to be made (see `StepChain`)."""
-
-    def settle(self) -> tuple[PendingStep, Sequence[EmbeddingRow]]: ...
 
 
 class SyncWriter:
@@ -124,9 +118,12 @@ class BatchedWriter:
         if self._closed:
             return False
         if item[0] != "step":
-            self._urgent = True
             self._items.append(item)
-            self._wake.set()
+            if item[0] != "run":  # a new run's row waits for its first steps: one commit
+                self._urgent = True
+                self._wake.set()
+            elif self._idle:
+                self._wake.set()
             return True
         if self._stalled_at is not None and self._stalled_at != self._progress:
             self._stalled_at = None
@@ -236,43 +233,60 @@ class BatchedWriter:
                 return
 
     def _process(self, items: list[_Item]) -> bool:
-        steps: list[PendingStep] = []
-        vectors: list[EmbeddingRow] = []
-
-        def flush_steps() -> None:
-            if steps:
-                try:
-                    self.sink.write_rows(list(steps), list(vectors))
-                except Exception:  # the sink never raises; this is a last line of defence
-                    log.exception("agentreplay: writer failed to write %d step(s)", len(steps))
-                steps.clear()
-                vectors.clear()
-
+        group = _Group()
         stop: threading.Event | None = None
         for item in items:
             if item[0] == "step":
-                try:
-                    row, embeddings = item[1].settle()
-                except Exception:  # settle never raises; this is a last line of defence
-                    log.exception("agentreplay: writer could not prepare a step")
-                    continue
-                steps.append(row)
-                vectors.extend(embeddings)
-                continue
-            flush_steps()
-            if item[0] == "run":
-                self.sink.write_run(item[1])
+                if group.finish is not None:
+                    self._write(group)
+                group.steps.append(item[1])
+            elif item[0] == "run":
+                self._write(group)
+                group.run = item[1]
             elif item[0] == "finish":
-                self.sink.write_finish(item[1])
-            elif item[0] == "barrier":
-                item[1].set()
+                if group.finish is not None:
+                    self._write(group)
+                group.finish = item[1]
             else:
-                stop = item[1]
-        flush_steps()
+                self._write(group)
+                if item[0] == "barrier":
+                    item[1].set()
+                else:
+                    stop = item[1]
+        self._write(group)
         if stop is not None:
             stop.set()
             return True
         return False
+
+    def _write(self, group: _Group) -> None:
+        """Write a group and empty it. Its rows are made as the store reads them (see
+        `SettlingRows`). A seal queued already joins the steps before it: one commit."""
+        if not (group.run or group.steps or group.finish):
+            return
+        if group.finish is None and group.steps and self._items:
+            with contextlib.suppress(IndexError):  # only this thread takes items
+                first = self._items[0]
+                if first[0] == "finish" and first[1].run_id == group.steps[-1].run_id:
+                    group.finish = first[1]
+                    self._items.popleft()
+        rows = SettlingRows(group.steps)
+        try:
+            self.sink.write_group(group.run, rows, group.finish)
+        except Exception:  # the sink never raises; this is a last line of defence
+            log.exception("agentreplay: writer failed to write %d step(s)", len(rows))
+        group.run, group.steps, group.finish = None, [], None
+
+
+class _Group:
+    """Consecutive items of a batch that are written together: a run's row, steps, a seal."""
+
+    __slots__ = ("finish", "run", "steps")
+
+    def __init__(self) -> None:
+        self.run: Run | None = None
+        self.steps: list[Settleable] = []
+        self.finish: RunFinish | None = None
 
 
 Writer = Union[SyncWriter, BatchedWriter]  # noqa: UP007

@@ -7,9 +7,10 @@ replay live above it (`Recorder`, writers, `Player`), so a new backend is small.
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Protocol
 from uuid import UUID
 
 from agentreplay_core._model import EmbeddingMatch, Run, RunStatus, Step
@@ -67,6 +68,17 @@ class RunFinish:
     finished_at: datetime
 
 
+class StepRows(Protocol):
+    """Steps to store, which may be made as they are read (`_step_rows.SettlingRows`)."""
+
+    #: whether any of the steps has embedding vectors
+    has_embeddings: bool
+
+    def __len__(self) -> int: ...
+
+    def __iter__(self) -> Iterator[PendingStep]: ...
+
+
 class StoreBackend(abc.ABC):
     """Low-level storage of runs, steps and embedding vectors."""
 
@@ -94,6 +106,24 @@ class StoreBackend(abc.ABC):
     @abc.abstractmethod
     def finish_run(self, finish: RunFinish) -> None:
         """Seal a run: status, step count, head checksum, finish time."""
+
+    #: `write_group` stores its rows in one transaction (a backend that sets this overrides it)
+    atomic_groups: bool = False
+
+    def write_group(self, run: Run | None, steps: StepRows,
+                    embeddings: Sequence[EmbeddingRow], finish: RunFinish | None) -> None:
+        """A run's row, steps and a seal written together: all of them or none where
+        `atomic_groups` is set (one commit for a short run instead of three), one by one
+        otherwise. `steps` are read once, in order, and may be made as they are read;
+        `embeddings` is complete once they have been read. A duplicate step is an error, as
+        in `append`."""
+        if run is not None:
+            self.create_run(run)
+        rows = list(steps)
+        if rows or embeddings:
+            self.append(rows, embeddings)
+        if finish is not None:
+            self.finish_run(finish)
 
     @abc.abstractmethod
     def get_run(self, run_id: UUID) -> Run:

@@ -11,9 +11,9 @@ import functools
 import gc
 import math
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, timezone, tzinfo
 from typing import Any, Literal
 from uuid import UUID
 
@@ -126,30 +126,26 @@ _STEP_TAIL = struct.Struct(">i?iqidi")
 _VECTOR_HEAD = struct.Struct(">hi16siiiiiii")
 
 
-def binary_step_rows(steps: Sequence[PendingStep]) -> Iterator[bytearray] | None:
-    """`steps` as binary COPY data in `STEP_COLUMNS` order, in chunks of ~`COPY_CHUNK` bytes;
-    None if a row needs the driver's conversion (a naive `started_at`, whose meaning depends
-    on the session's time zone).
+def binary_step_rows(steps: Iterable[PendingStep], session_zone: tzinfo
+                     ) -> Iterator[bytearray]:
+    """`steps` as binary COPY data in `STEP_COLUMNS` order, in chunks of ~`COPY_CHUNK`
+    bytes, each step rendered as it is read. A naive `started_at` is read in the session's
+    time zone, as the server reads a naive timestamp sent as text.
 
     Each value is written once, as it is: the JSON bytes need no escaping in binary COPY
     (jsonb's binary form is a version byte and the text), and there is no wrapper object or
     per-value dispatch as in `write_row`.
     """
-    try:
-        micros = [(s.started_at - _PG_EPOCH) // _MICROSECOND for s in steps]
-    except TypeError:  # naive datetime
-        return None
-    return _render_steps(steps, micros)
-
-
-def _render_steps(steps: Sequence[PendingStep], micros: list[int]) -> Iterator[bytearray]:
     out = bytearray(COPY_HEADER)
     i4, head, jsonb, tail = _I4.pack, _STEP_HEAD.pack, _JSONB.pack, _STEP_TAIL.pack
     ids: dict[UUID, bytes] = {}
-    for s, at in zip(steps, micros, strict=True):
+    for s in steps:
         run = ids.get(s.run_id)
         if run is None:
             run = ids[s.run_id] = s.run_id.bytes
+        started = s.started_at
+        if started.tzinfo is None:
+            started = started.replace(tzinfo=session_zone)
         kind, name = s.kind.encode(), s.name.encode()
         key, path, checksum = s.match_key.encode(), s.path.encode(), s.checksum.encode()
         stored_in = s.stored_input
@@ -165,7 +161,8 @@ def _render_steps(steps: Sequence[PendingStep], micros: list[int]) -> Iterator[b
         out += stored_in
         out += jsonb(len(s.output_json) + 1, 1)
         out += s.output_json
-        out += tail(1, s.is_error, 8, at, 8, s.duration_ms, len(checksum))
+        out += tail(1, s.is_error, 8, (started - _PG_EPOCH) // _MICROSECOND, 8,
+                    s.duration_ms, len(checksum))
         out += checksum
         if len(out) >= COPY_CHUNK:
             yield out

@@ -1,6 +1,7 @@
 """The PostgreSQL store backend (psycopg 3 + psycopg_pool).
 
-Steps arrive in batches and go in with COPY, one transaction per batch. Connection trouble
+Steps arrive in batches and go in as `_pgwrite` says (one transaction per batch, one commit
+for a short run). Connection trouble
 surfaces as `DatabaseUnavailable` (a `StoreError`) naming the server, never as a raw driver or
 pool traceback. Every pooled session runs with a statement and a lock timeout, so a write
 stuck behind a table lock or a stalled server fails (`DatabaseTimeout`) and the recorder can
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import re
-import struct
 import threading
 import time
 import weakref
@@ -24,19 +24,16 @@ from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager, suppress
 from datetime import datetime
 from types import TracebackType
-from typing import Any
 from uuid import UUID
 
 import psycopg
 from psycopg import sql
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
-from agentreplay_core import _codec
 from agentreplay_core._delta import DeltaResolver
 from agentreplay_core._errors import RunNotFound, StoreError
 from agentreplay_core._model import EmbeddingMatch, Run, RunStatus, Step
 from agentreplay_core.stores import _sql
-from agentreplay_core.stores._backend import EmbeddingRow, PendingStep, RunFinish, StoreBackend
 from agentreplay_core.stores._migrate import (
     apply_migrations,
     extension_schema,
@@ -56,16 +53,13 @@ from agentreplay_core.stores._pgconn import (
 )
 from agentreplay_core.stores._pgrows import (
     MAX_VECTOR_DIMS,
-    binary_step_rows,
-    binary_vector_rows,
     fetch_rows,
     gc_paused,
     run_from_row,
     step_from_row,
-    step_values,
-    vector_binary,
     vector_text,
 )
+from agentreplay_core.stores._pgwrite import PostgresWrites
 
 __all__ = ["DatabaseTimeout", "DatabaseUnavailable", "PostgresBackend", "vector_text"]
 
@@ -76,11 +70,9 @@ _HEX_RE = re.compile(r"^[0-9a-f]{0,32}$")
 
 #: a pooled connection idle for longer than this is checked before it is handed out
 IDLE_CHECK_SECONDS = 1.0
-#: batches up to this many steps (without vectors) are written with one INSERT, not COPY
-SMALL_BATCH = 8
 
 
-class PostgresBackend(StoreBackend):
+class PostgresBackend(PostgresWrites):
     """Runs, steps and vectors in a PostgreSQL schema.
 
     Args:
@@ -121,7 +113,7 @@ class PostgresBackend(StoreBackend):
         #: retries and then spools, and a dead server must not stall the agent's writer
         self.write_timeout = min(self._timeout, 2.0)
         self._last_used: weakref.WeakKeyDictionary[Conn, float] = weakref.WeakKeyDictionary()
-        self._rendered: dict[tuple[int, bool], str] = {}
+        self._rendered: dict[tuple[str, int], str] = {}
         self._writing = threading.local()
         with connect(dsn, timeout=self._timeout) as conn:
             try:
@@ -151,16 +143,6 @@ class PostgresBackend(StoreBackend):
             open=False,
         )
         self._pool.open(wait=False)
-
-    def _insert_query(self, conn: Conn, rows: int, idempotent: bool) -> str:
-        # Rendering a composed query costs ~100 us per execute, as much as the round trip
-        # itself: render each shape once.
-        key = (rows, idempotent)
-        query = self._rendered.get(key)
-        if query is None:
-            query = _sql.insert_steps(self.schema, rows, idempotent=idempotent).as_string(conn)
-            self._rendered[key] = query
-        return query
 
     def _check_if_idle(self, conn: Conn) -> None:
         """Check a pooled connection before use; for recorder writes only when it sat idle.
@@ -342,26 +324,6 @@ class PostgresBackend(StoreBackend):
 
     # -- runs ------------------------------------------------------------------------------
 
-    def create_run(self, run: Run) -> None:
-        params = (
-            run.run_id, run.name, run.status.value, run.started_at, run.finished_at,
-            run.parent_run_id, run.fork_step, _codec.dumps(run.metadata).decode(),
-            run.step_count, run.head_checksum, run.format_version, run.chain,
-        )  # fmt: skip
-        with self._connection(f"create run {run.run_id}", self.write_timeout,
-                              write=True) as conn:
-            conn.execute(_sql.insert_run(self.schema), params)
-
-    def finish_run(self, finish: RunFinish) -> None:
-        params = (
-            RunStatus(finish.status).value, finish.step_count, finish.head_checksum,
-            finish.finished_at, finish.run_id,
-        )  # fmt: skip
-        with self._connection(f"finish run {finish.run_id}", self.write_timeout,
-                              write=True) as conn:
-            if conn.execute(_sql.finish_run(self.schema), params).rowcount == 0:
-                raise RunNotFound(finish.run_id)
-
     def mark_incomplete(self, run_id: UUID) -> bool:
         with self._connection(f"mark run {run_id} incomplete") as conn:
             params = (RunStatus.INCOMPLETE.value, run_id, RunStatus.RECORDING.value)
@@ -425,84 +387,6 @@ class PostgresBackend(StoreBackend):
 
     # -- steps and vectors ----------------------------------------------------------------
 
-    def append(
-        self,
-        steps: Sequence[PendingStep],
-        embeddings: Sequence[EmbeddingRow] = (),
-        *,
-        idempotent: bool = False,
-    ) -> None:
-        vectors: list[tuple[UUID, int, int, bytes]] = []
-        if self.has_pgvector:
-            for e in embeddings:
-                packed = vector_binary(e.vector)
-                if packed is not None:  # the exact values live in the step output anyway
-                    vectors.append((e.run_id, e.step, e.position, packed))
-        if not steps and not vectors:
-            return
-        runs = sorted(map(str, {s.run_id for s in steps}))
-        more = f" and {len(runs) - 3} more" if len(runs) > 3 else ""
-        action = f"store {len(steps)} step(s) of run {', '.join(runs[:3]) or '-'}{more}"
-        try:
-            if not vectors and len(steps) <= SMALL_BATCH:
-                # A single INSERT is atomic on its own: one round trip instead of
-                # BEGIN + COPY + COMMIT, which is what a `sync` recorder pays per step.
-                params = [v for s in steps for v in step_values(s)]
-                with self._connection(action, self.write_timeout, write=True) as conn:
-                    conn.execute(self._insert_query(conn, len(steps), idempotent), params)
-                return
-            with self._connection(action, self.write_timeout, write=True) as conn:
-                if not vectors and not idempotent:
-                    # One COPY on an autocommit connection is atomic on its own: no BEGIN and
-                    # COMMIT round trips. Each wait on the server costs the writer thread a
-                    # wait for the GIL when the agent's thread is busy (up to the switch
-                    # interval, 5 ms), so round trips cost more here than their latency.
-                    with conn.cursor() as cur:
-                        self._copy_steps(cur, steps, idempotent)
-                    return
-                with conn.transaction(), conn.cursor() as cur:
-                    if steps:
-                        self._copy_steps(cur, steps, idempotent)
-                    if vectors:
-                        self._copy_vectors(cur, vectors, idempotent)
-        except StoreError as exc:
-            if isinstance(exc.__cause__, psycopg.errors.UniqueViolation):
-                raise StoreError(
-                    f"{exc}; nothing of this batch was stored (a batch is all or nothing). "
-                    "Use idempotent=True to skip steps that are already stored"
-                ) from exc.__cause__
-            raise
-
-    def _copy_steps(
-        self, cur: psycopg.Cursor[Any], steps: Sequence[PendingStep], idempotent: bool
-    ) -> None:
-        if idempotent:
-            cur.execute(_sql.create_stage_steps(self.schema))
-        # Binary COPY rendered here: half the client CPU of `write_row` with `Jsonb` wrappers
-        # (~2 us of Python per row). A naive `started_at` keeps the driver's conversion, as
-        # its meaning depends on the session's time zone.
-        chunks = binary_step_rows(steps)
-        query = _sql.copy_steps(self.schema, staged=idempotent, binary=chunks is not None)
-        with cur.copy(query) as copy:
-            if chunks is None:
-                for s in steps:
-                    copy.write_row(step_values(s))
-            else:
-                _write_chunks(copy, chunks, "step")
-        if idempotent:
-            cur.execute(_sql.merge_staged_steps(self.schema))
-
-    def _copy_vectors(
-        self, cur: psycopg.Cursor[Any], rows: list[tuple[UUID, int, int, bytes]],
-        idempotent: bool,
-    ) -> None:
-        if idempotent:
-            cur.execute(_sql.create_stage_vectors(self.schema))
-        with cur.copy(_sql.copy_vectors(self.schema, staged=idempotent)) as copy:
-            _write_chunks(copy, binary_vector_rows(rows), "vector")
-        if idempotent:
-            cur.execute(_sql.merge_staged_vectors(self.schema))
-
     def load_steps(self, run_id: UUID) -> list[Step]:
         """All steps as stored, unvalidated: verification reports tampered values. A row that
         cannot be decoded at all raises `StoreError` naming its run and step. Inputs stored as
@@ -544,14 +428,3 @@ class PostgresBackend(StoreBackend):
     def server_endpoints(self) -> list[tuple[str, int]]:
         """TCP (host, port) pairs of the server, names and addresses; [] for Unix sockets."""
         return dsn_endpoints(self._dsn)
-
-
-def _write_chunks(copy: psycopg.Copy, chunks: Iterator[bytearray], what: str) -> None:
-    """Send rendered binary COPY data. A value binary COPY cannot hold (a step number beyond
-    int4) fails as the server would fail it: a `DataError`, which is not retried."""
-    try:
-        for chunk in chunks:
-            copy.write(chunk)
-    except struct.error as exc:
-        raise psycopg.DataError(f"a {what} row has a value out of its column's range: {exc}"
-                                ) from exc

@@ -294,13 +294,11 @@ def create_stage_vectors(schema: str) -> sql.Composed:
 
 
 @functools.lru_cache(maxsize=128)  # built on every write: compose once
-def copy_steps(schema: str, *, staged: bool = False, binary: bool = False) -> sql.Composed:
-    """COPY of `STEP_COLUMNS`; `binary=True` for data rendered by `_pgrows.binary_step_rows`."""
+def copy_steps(schema: str, *, staged: bool = False) -> sql.Composed:
+    """Binary COPY of `STEP_COLUMNS` (data rendered by `_pgrows.binary_step_rows`)."""
     target = _STAGE_STEPS if staged else _table(schema, "run_log")
-    if binary:
-        return sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
-            target, _names(STEP_COLUMNS))
-    return sql.SQL("COPY {} ({}) FROM STDIN").format(target, _names(STEP_COLUMNS))
+    return sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
+        target, _names(STEP_COLUMNS))
 
 
 @functools.lru_cache(maxsize=128)  # built on every write: compose once
@@ -312,6 +310,20 @@ def insert_steps(schema: str, rows: int, *, idempotent: bool) -> sql.Composed:
     if idempotent:
         query = sql.SQL("{} ON CONFLICT (run_id, step) DO NOTHING").format(query)
     return query
+
+
+def insert_run_and_steps(schema: str, rows: int) -> sql.Composed:
+    """One statement, so one round trip and one commit: a run's row and its steps.
+    Parameters: those of `insert_run`, then those of `insert_steps`."""
+    return sql.SQL("WITH run_row AS ({}) {}").format(
+        insert_run(schema), insert_steps(schema, rows, idempotent=False))
+
+
+def insert_steps_and_seal(schema: str, rows: int) -> sql.Composed:
+    """Steps and the seal of their run in one statement; its row count is the seal's.
+    Parameters: those of `insert_steps`, then those of `finish_run`."""
+    return sql.SQL("WITH step_rows AS ({}) {}").format(
+        insert_steps(schema, rows, idempotent=False), finish_run(schema))
 
 
 @functools.lru_cache(maxsize=128)  # built on every write: compose once

@@ -23,7 +23,8 @@ from agentreplay_core._errors import StoreError
 from agentreplay_core._model import Run, RunStatus
 from agentreplay_core.stores._backend import PendingStep, RunFinish
 from agentreplay_core.stores._pgconn import DatabaseTimeout, connect, connection_options
-from agentreplay_core.stores._postgres import SMALL_BATCH, PostgresBackend
+from agentreplay_core.stores._pgwrite import SMALL_BATCH
+from agentreplay_core.stores._postgres import PostgresBackend
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc)
 #: a locker that the code under test never gets past is ended by the server after this long,

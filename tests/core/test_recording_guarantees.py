@@ -15,6 +15,7 @@ import pytest
 from psycopg import sql
 
 from agentreplay_core import Store, StoreError, open_store
+from tests.support.pgfaults import reject_rows
 
 
 def test_run_metadata_is_filled_in(any_store: Store, tmp_path: Path,
@@ -112,25 +113,12 @@ def test_recorded_embeddings_are_searchable(pg_store: Store) -> None:
     assert hits[0].distance <= hits[1].distance <= hits[2].distance
 
 
-def _reject(dsn: str, schema: str, table: str, name: str, errcode: str) -> None:
-    """Make the server itself refuse rows of `table` named `name` (a trigger raising)."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL(
-            "CREATE FUNCTION {s}.{f}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-            "IF NEW.name = {n} THEN RAISE EXCEPTION 'refused' USING ERRCODE = {e}; END IF; "
-            "RETURN NEW; END $$; CREATE TRIGGER {f} BEFORE INSERT ON {s}.{t} FOR EACH ROW "
-            "EXECUTE FUNCTION {s}.{f}()").format(
-                s=sql.Identifier(schema), t=sql.Identifier(table),
-                f=sql.Identifier(f"reject_{table}"), n=sql.Literal(name),
-                e=sql.Literal(errcode)))
-
-
 def test_a_row_the_database_rejects_is_lost_loudly_not_retried_forever(
     pg_dsn: str, pg_schema: str, tmp_path: Path
 ) -> None:
     spool = tmp_path / "spool"
     with open_store(pg_dsn, schema=pg_schema, spool_dir=spool) as store:
-        _reject(pg_dsn, pg_schema, "run_log", "poison", "data_exception")
+        reject_rows(pg_dsn, pg_schema, "run_log", "poison", "data_exception")
         with store.record(name="poisoned", durability="sync") as rec:
             rec.record("tool", "fine", {}, 1)
             rec.record("tool", "poison", {}, 2)
@@ -186,7 +174,7 @@ def test_a_run_row_the_database_rejects_loses_the_run_loudly(
 ) -> None:
     spool = tmp_path / "spool"
     with open_store(pg_dsn, schema=pg_schema, spool_dir=spool) as store:
-        _reject(pg_dsn, pg_schema, "runs", "doomed", "check_violation")
+        reject_rows(pg_dsn, pg_schema, "runs", "doomed", "check_violation")
         with store.record(name="doomed", durability="sync") as rec:
             rec.record("tool", "t", {}, 1)
             rec.record("tool", "t", {}, 2)

@@ -27,7 +27,8 @@ from agentreplay_core._transfer import export_run, import_run
 from agentreplay_core._vectors import embedding_output, embedding_vectors, step_vectors
 from agentreplay_core.stores._backend import EmbeddingRow, PendingStep
 from agentreplay_core.stores._pgrows import vector_binary, vector_text
-from agentreplay_core.stores._postgres import SMALL_BATCH, PostgresBackend
+from agentreplay_core.stores._pgwrite import SMALL_BATCH
+from agentreplay_core.stores._postgres import PostgresBackend
 
 DIMS = 768
 FLOAT32_MAX = struct.unpack(">f", bytes.fromhex("7f7fffff"))[0]
