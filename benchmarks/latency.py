@@ -1,8 +1,9 @@
 """Time from enqueue to durable, batched mode, steps arriving at one per millisecond.
 
-A step's latency runs from `Recorder.record` returning to the store's `append` of the batch
-holding it returning, which is after its COMMIT (fsync on): the benchmark wraps `append` of
-`store.backend` to stamp that moment for each step of the batch, and changes nothing else.
+A step's latency runs from `Recorder.record` returning to the store's write of the batch
+holding it returning (`write_group`, or `append` when rows are written one batch at a time),
+which is after its COMMIT (fsync on): the benchmark wraps both methods of `store.backend` to
+stamp that moment for each step of the batch, and changes nothing else.
 `sync` mode has no queue: its cost is the time `record` itself takes, a commit per step.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 from uuid import UUID
 
@@ -32,16 +33,24 @@ class DurableClock:
 
     def __init__(self, backend: StoreBackend) -> None:
         self.at: dict[tuple[UUID, int], float] = {}
-        original = backend.append
+        append, write_group = backend.append, backend.write_group
 
-        def append(steps: Sequence[Any], embeddings: Sequence[Any] = (), *,
-                   idempotent: bool = False) -> None:
-            original(steps, embeddings, idempotent=idempotent)
-            now = time.perf_counter()
-            for step in steps:
-                self.at[(step.run_id, step.step)] = now
+        def stamped_append(steps: Sequence[Any], embeddings: Sequence[Any] = (), *,
+                           idempotent: bool = False) -> None:
+            append(steps, embeddings, idempotent=idempotent)
+            self._stamp(steps)
 
-        backend.append = append  # type: ignore[method-assign]
+        def stamped_group(run: Any, steps: Any, embeddings: Any, finish: Any) -> None:
+            write_group(run, steps, embeddings, finish)
+            self._stamp(steps)  # read again: the rows made while they were written
+
+        backend.append = stamped_append  # type: ignore[method-assign]
+        backend.write_group = stamped_group  # type: ignore[method-assign]
+
+    def _stamp(self, steps: Iterable[Any]) -> None:
+        now = time.perf_counter()
+        for step in steps:
+            self.at[(step.run_id, step.step)] = now
 
 
 def paced(store: Store, steps: Sequence[tuple[Any, Any]], durability: str,
