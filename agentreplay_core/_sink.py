@@ -21,7 +21,6 @@ from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_expone
 
 from agentreplay_core._model import Run
 from agentreplay_core._spool import Spool
-from agentreplay_core._step_rows import SettlingRows
 from agentreplay_core.stores._backend import EmbeddingRow, PendingStep, RunFinish, StoreBackend
 
 log = logging.getLogger("agentreplay")
@@ -123,13 +122,13 @@ class Sink:
             with self._lock:  # no step loads without the header: count them lost, not spooled
                 self._rejected_runs.add(run.run_id)
 
-    def write_group(self, run: Run | None, steps: SettlingRows,
-                    finish: RunFinish | None) -> None:
+    def write_group(self, run: Run | None, steps: Sequence[PendingStep],
+                    embeddings: Sequence[EmbeddingRow], finish: RunFinish | None) -> None:
         """A run's row, steps (of any runs) and a seal, in this order. In one transaction
-        where the backend can (`StoreBackend.write_group`, which reads the rows as they are
-        made) unless one of the runs is being spooled; if that fails, or otherwise, one by
-        one with the usual retries, spooling and rejection of single rows."""
-        run_ids = set(steps.run_ids)
+        where the backend can (`StoreBackend.write_group`) unless one of the runs is being
+        spooled; if that fails, or otherwise, one by one with the usual retries, spooling
+        and rejection of single rows."""
+        run_ids = {s.run_id for s in steps}
         run_ids.update(r.run_id for r in (run, finish) if r is not None)
         together = (self.backend.atomic_groups
                     and run_ids.isdisjoint(self._spooling)
@@ -138,7 +137,7 @@ class Sink:
         unsure = False
         if together:
             try:
-                self.backend.write_group(run, steps, steps.embeddings, finish)
+                self.backend.write_group(run, steps, embeddings, finish)
             except Exception as exc:
                 log.debug("agentreplay: writing %d step(s) in one transaction failed (%r); "
                           "writing them one by one", len(steps), exc)
@@ -146,13 +145,12 @@ class Sink:
                 # the answer to a commit that went through
                 unsure = not self.backend.is_permanent(exc)
             else:
-                self._count(self.written_steps, steps.all())  # all read by the backend
+                self._count(self.written_steps, steps)
                 return
         if run is not None:
             self.write_run(run)
-        rows = steps.all()
-        if rows:
-            self.write_rows(rows, steps.embeddings, retried=unsure)
+        if steps:
+            self.write_rows(steps, embeddings, retried=unsure)
         if finish is not None:
             self.write_finish(finish)
 

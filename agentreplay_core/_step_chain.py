@@ -54,14 +54,6 @@ class Captured:
     row: PendingStep | None = None
     embeddings: list[EmbeddingRow] = field(default_factory=list)
 
-    @property
-    def run_id(self) -> UUID:
-        return self.chain.run_id
-
-    @property
-    def has_vectors(self) -> bool:
-        return bool(self.vectors)
-
     def settle(self) -> tuple[PendingStep, list[EmbeddingRow]]:
         """The stored row and its vectors (made now, with every earlier step's, if need be)."""
         if self.row is None:

@@ -10,13 +10,13 @@ import threading
 import time
 import weakref
 from collections import deque
-from typing import Literal, Union
+from collections.abc import Sequence
+from typing import Literal, Protocol, Union
 from uuid import UUID
 
 from agentreplay_core._model import Run
 from agentreplay_core._sink import Sink
-from agentreplay_core._step_rows import Settleable, SettlingRows
-from agentreplay_core.stores._backend import RunFinish
+from agentreplay_core.stores._backend import EmbeddingRow, PendingStep, RunFinish
 
 log = logging.getLogger("agentreplay")
 
@@ -28,6 +28,12 @@ def check_durability(value: str) -> Durability:
     if value not in DURABILITY_MODES:
         raise ValueError(f"durability must be one of {', '.join(DURABILITY_MODES)}, not {value!r}")
     return value  # type: ignore[return-value]
+
+
+class Settleable(Protocol):
+    """A recorded step whose row may still have to be made (see `StepChain`)."""
+
+    def settle(self) -> tuple[PendingStep, Sequence[EmbeddingRow]]: ...
 
 
 class SyncWriter:
@@ -260,19 +266,28 @@ class BatchedWriter:
         return False
 
     def _write(self, group: _Group) -> None:
-        """Write a group and empty it. Its rows are made as the store reads them (see
-        `SettlingRows`). A seal queued already joins the steps before it: one commit."""
+        """Make the rows of a group and write them; empties the group. A seal queued while
+        they were being made (the sealing thread makes them too) joins them: one commit."""
         if not (group.run or group.steps or group.finish):
             return
-        if group.finish is None and group.steps and self._items:
+        rows: list[PendingStep] = []
+        vectors: list[EmbeddingRow] = []
+        for step in group.steps:
+            try:
+                row, embeddings = step.settle()
+            except Exception:  # settle never raises; this is a last line of defence
+                log.exception("agentreplay: writer could not prepare a step")
+                continue
+            rows.append(row)
+            vectors.extend(embeddings)
+        if group.finish is None and rows and self._items:
             with contextlib.suppress(IndexError):  # only this thread takes items
                 first = self._items[0]
-                if first[0] == "finish" and first[1].run_id == group.steps[-1].run_id:
+                if first[0] == "finish" and first[1].run_id == rows[-1].run_id:
                     group.finish = first[1]
                     self._items.popleft()
-        rows = SettlingRows(group.steps)
         try:
-            self.sink.write_group(group.run, rows, group.finish)
+            self.sink.write_group(group.run, rows, vectors, group.finish)
         except Exception:  # the sink never raises; this is a last line of defence
             log.exception("agentreplay: writer failed to write %d step(s)", len(rows))
         group.run, group.steps, group.finish = None, [], None

@@ -7,10 +7,9 @@ replay live above it (`Recorder`, writers, `Player`), so a new backend is small.
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
 from uuid import UUID
 
 from agentreplay_core._model import EmbeddingMatch, Run, RunStatus, Step
@@ -68,17 +67,6 @@ class RunFinish:
     finished_at: datetime
 
 
-class StepRows(Protocol):
-    """Steps to store, which may be made as they are read (`_step_rows.SettlingRows`)."""
-
-    #: whether any of the steps has embedding vectors
-    has_embeddings: bool
-
-    def __len__(self) -> int: ...
-
-    def __iter__(self) -> Iterator[PendingStep]: ...
-
-
 class StoreBackend(abc.ABC):
     """Low-level storage of runs, steps and embedding vectors."""
 
@@ -110,18 +98,15 @@ class StoreBackend(abc.ABC):
     #: `write_group` stores its rows in one transaction (a backend that sets this overrides it)
     atomic_groups: bool = False
 
-    def write_group(self, run: Run | None, steps: StepRows,
+    def write_group(self, run: Run | None, steps: Sequence[PendingStep],
                     embeddings: Sequence[EmbeddingRow], finish: RunFinish | None) -> None:
         """A run's row, steps and a seal written together: all of them or none where
         `atomic_groups` is set (one commit for a short run instead of three), one by one
-        otherwise. `steps` are read once, in order, and may be made as they are read;
-        `embeddings` is complete once they have been read. A duplicate step is an error, as
-        in `append`."""
+        otherwise. A duplicate step is an error, as in `append`."""
         if run is not None:
             self.create_run(run)
-        rows = list(steps)
-        if rows or embeddings:
-            self.append(rows, embeddings)
+        if steps or embeddings:
+            self.append(steps, embeddings)
         if finish is not None:
             self.finish_run(finish)
 

@@ -129,8 +129,14 @@ _VECTOR_HEAD = struct.Struct(">hi16siiiiiii")
 def binary_step_rows(steps: Iterable[PendingStep], session_zone: tzinfo
                      ) -> Iterator[bytearray]:
     """`steps` as binary COPY data in `STEP_COLUMNS` order, in chunks of ~`COPY_CHUNK`
-    bytes, each step rendered as it is read. A naive `started_at` is read in the session's
-    time zone, as the server reads a naive timestamp sent as text.
+    bytes. A naive `started_at` is read in the session's time zone, as the server reads a
+    naive timestamp sent as text.
+
+    PostgreSQL 16 inserts binary COPY rows only every 1,000 tuples (it sizes its insert
+    buffer by the input line, which binary input does not have), so a batch is inserted at
+    its end, not while later rows arrive. Text COPY is inserted every ~64 KB, but costs twice
+    the client CPU to render (4.7 against 2.4 us a row) and more on the server; the client's
+    CPU is the agent's, so binary it is.
 
     Each value is written once, as it is: the JSON bytes need no escaping in binary COPY
     (jsonb's binary form is a version byte and the text), and there is no wrapper object or

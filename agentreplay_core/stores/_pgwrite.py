@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import abc
 import struct
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 from uuid import UUID
@@ -27,7 +27,6 @@ from agentreplay_core.stores._backend import (
     EmbeddingRow,
     PendingStep,
     RunFinish,
-    StepRows,
     StoreBackend,
 )
 from agentreplay_core.stores._pgconn import Conn
@@ -79,12 +78,11 @@ class PostgresWrites(StoreBackend):
 
     atomic_groups = True
 
-    def write_group(self, run: Run | None, steps: StepRows,
+    def write_group(self, run: Run | None, steps: Sequence[PendingStep],
                     embeddings: Sequence[EmbeddingRow], finish: RunFinish | None) -> None:
         """All in one transaction, so one commit (one WAL flush to disk) for a short run:
         its row goes in sealed already when the seal is part of the group, and a few steps
-        go in one statement with the run's row or with its seal (one round trip). More steps
-        stream into a COPY as they are made."""
+        go in one statement with the run's row or with its seal (one round trip)."""
         if run is not None and finish is not None and run.run_id == finish.run_id:
             run = run.model_copy(update={
                 "status": RunStatus(finish.status), "step_count": finish.step_count,
@@ -92,10 +90,10 @@ class PostgresWrites(StoreBackend):
             finish = None
         named = run or finish
         action = f"store {len(steps)} step(s)" + (f" of run {named.run_id}" if named else "")
-        vectors = steps.has_embeddings and self.has_pgvector
+        vectors = self._vector_rows(embeddings)
         with self._connection(action, self.write_timeout, write=True) as conn:
             if len(steps) <= SMALL_BATCH and not vectors and (run is None or finish is None):
-                self._one_statement(conn, run, list(steps), finish)
+                self._one_statement(conn, run, steps, finish)
                 return
             if run is None and finish is None and not vectors:
                 with conn.cursor() as cur:  # one COPY on an autocommit connection is atomic
@@ -104,12 +102,12 @@ class PostgresWrites(StoreBackend):
             with conn.transaction(), conn.cursor() as cur:
                 if run is not None:
                     cur.execute(self._query(conn, "run"), _run_values(run))
-                self._write_steps(cur, steps, embeddings, idempotent=False)
+                self._write_steps(cur, steps, vectors, idempotent=False)
                 if finish is not None:
                     _sealed(cur.execute(self._query(conn, "seal"), _seal_values(finish)),
                             finish)
 
-    def _one_statement(self, conn: Conn, run: Run | None, steps: list[PendingStep],
+    def _one_statement(self, conn: Conn, run: Run | None, steps: Sequence[PendingStep],
                        finish: RunFinish | None) -> None:
         """A few steps with a run's row or its seal (not both), atomic as one statement."""
         params = [v for s in steps for v in step_values(s)]
@@ -131,7 +129,7 @@ class PostgresWrites(StoreBackend):
         *,
         idempotent: bool = False,
     ) -> None:
-        vectors = self.has_pgvector and bool(embeddings)
+        vectors = self._vector_rows(embeddings)
         if not steps and not vectors:
             return
         runs = sorted(map(str, {s.run_id for s in steps}))
@@ -154,7 +152,7 @@ class PostgresWrites(StoreBackend):
                         self._copy_steps(cur, steps, idempotent)
                 else:
                     with conn.transaction(), conn.cursor() as cur:
-                        self._write_steps(cur, steps, embeddings, idempotent)
+                        self._write_steps(cur, steps, vectors, idempotent)
         except StoreError as exc:
             if isinstance(exc.__cause__, psycopg.errors.UniqueViolation):
                 raise StoreError(
@@ -163,30 +161,33 @@ class PostgresWrites(StoreBackend):
                 ) from exc.__cause__
             raise
 
-    def _write_steps(self, cur: psycopg.Cursor[Any], steps: StepRows | Sequence[PendingStep],
-                     embeddings: Sequence[EmbeddingRow], idempotent: bool) -> None:
-        """Steps, then the pgvector copies of their vectors, inside the caller's transaction
-        (`embeddings` is read after `steps`, which may make it as they are read)."""
-        if len(steps) <= SMALL_BATCH:
-            if len(steps):
-                cur.execute(self._query(cur.connection, _IDEMPOTENT_INSERT if idempotent
-                                        else "insert", len(steps)),
-                            [v for s in steps for v in step_values(s)])
-        else:
-            self._copy_steps(cur, steps, idempotent)
+    def _vector_rows(self, embeddings: Sequence[EmbeddingRow]
+                     ) -> list[tuple[UUID, int, int, bytes]]:
+        """The pgvector copies of the vectors that fit pgvector (none without it)."""
         vectors = []
         if self.has_pgvector:
             for e in embeddings:
                 packed = vector_binary(e.vector)
                 if packed is not None:  # the exact values live in the step output anyway
                     vectors.append((e.run_id, e.step, e.position, packed))
+        return vectors
+
+    def _write_steps(self, cur: psycopg.Cursor[Any], steps: Sequence[PendingStep],
+                     vectors: list[tuple[UUID, int, int, bytes]], idempotent: bool) -> None:
+        """Steps and the pgvector copies of their vectors, inside the caller's transaction."""
+        if steps and len(steps) <= SMALL_BATCH:
+            cur.execute(self._query(cur.connection, _IDEMPOTENT_INSERT if idempotent
+                                    else "insert", len(steps)),
+                        [v for s in steps for v in step_values(s)])
+        elif steps:
+            self._copy_steps(cur, steps, idempotent)
         if vectors:
             self._copy_vectors(cur, vectors, idempotent)
 
-    def _copy_steps(self, cur: psycopg.Cursor[Any], steps: Iterable[PendingStep],
+    def _copy_steps(self, cur: psycopg.Cursor[Any], steps: Sequence[PendingStep],
                     idempotent: bool) -> None:
         """Binary COPY, rendered here: half the client CPU of `write_row` with `Jsonb`
-        wrappers (~2 us of Python per row). Rows are sent as they are read from `steps`."""
+        wrappers (~2 us of Python per row)."""
         if idempotent:
             cur.execute(_sql.create_stage_steps(self.schema))
         query = self._query(cur.connection, "copy, staged" if idempotent else "copy")
