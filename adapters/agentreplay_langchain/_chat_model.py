@@ -74,10 +74,19 @@ class ReplayChatModel(BaseChatModel):
         return {"replayed_run_id": _run_label(self.player.run_id)}
 
     def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
-        params = super()._get_ls_params(stop=stop, **kwargs)
-        params["ls_provider"] = "agentreplay"
+        # Not built on the base class's version: it probes `model`, `model_name`,
+        # `temperature` and `max_tokens` with hasattr, four pydantic attribute misses that
+        # cost a replayed call ~10 us.
         model = kwargs.get("model")
-        params["ls_model_name"] = model if isinstance(model, str) else "replay"
+        params = LangSmithParams(ls_provider="agentreplay", ls_model_type="chat",
+                                 ls_model_name=model if isinstance(model, str) else "replay")
+        if stop:
+            params["ls_stop"] = stop
+        temperature, max_tokens = kwargs.get("temperature"), kwargs.get("max_tokens")
+        if isinstance(temperature, (int, float)):
+            params["ls_temperature"] = temperature
+        if isinstance(max_tokens, int):
+            params["ls_max_tokens"] = max_tokens
         return params
 
     def _step(self, messages: list[BaseMessage], stop: list[str] | None,

@@ -86,3 +86,32 @@ def test_replayed_messages_are_fresh_copies(store: Store) -> None:
         replayed = tool_loop(model, replay_tools(player, make_tools(Counter())), "plan my day")
     cast(AIMessage, replayed[1]).tool_calls[0]["args"]["city"] = "changed"
     assert cast(AIMessage, live[1]).tool_calls[0]["args"]["city"] == "Paris"
+
+
+def test_replayed_calls_tell_tracers_what_they_are(store: Store) -> None:
+    """LangSmith's parameters of a replayed call: the replay as provider, the call's own
+    model, temperature, token limit and stop sequences when it passed them."""
+    from langchain_core.callbacks import BaseCallbackHandler
+
+    class Seen(BaseCallbackHandler):
+        def __init__(self) -> None:
+            self.metadata: list[dict[str, Any]] = []
+
+        def on_chat_model_start(self, serialized: dict[str, Any], messages: Any, *,
+                                metadata: dict[str, Any] | None = None, **kw: Any) -> None:
+            self.metadata.append({k: v for k, v in (metadata or {}).items()
+                                  if k.startswith("ls_")})
+
+    run_id, _ = record(store, Counter())
+    seen = Seen()
+    with store.replay(run_id) as player:
+        model = ReplayChatModel(player=player)
+        tool_loop(model, replay_tools(player, make_tools(Counter())), "plan my day",
+                  {"callbacks": [seen]})
+    first = seen.metadata[0]
+    assert {k: first.get(k) for k in ("ls_provider", "ls_model_type", "ls_model_name")} == {
+        "ls_provider": "agentreplay", "ls_model_type": "chat", "ls_model_name": "replay"}
+    assert model._get_ls_params(stop=["END"], model="gpt-x", temperature=0.5,
+                                max_tokens=7) == {
+        "ls_provider": "agentreplay", "ls_model_type": "chat", "ls_model_name": "gpt-x",
+        "ls_stop": ["END"], "ls_temperature": 0.5, "ls_max_tokens": 7}
