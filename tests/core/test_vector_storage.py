@@ -29,6 +29,7 @@ from agentreplay_core.stores._backend import EmbeddingRow, PendingStep
 from agentreplay_core.stores._pgrows import vector_binary, vector_text
 from agentreplay_core.stores._pgwrite import SMALL_BATCH
 from agentreplay_core.stores._postgres import PostgresBackend
+from tests.support.pgfaults import reject_rows
 
 DIMS = 768
 FLOAT32_MAX = struct.unpack(">f", bytes.fromhex("7f7fffff"))[0]
@@ -289,13 +290,7 @@ def test_a_value_binary_copy_cannot_hold_is_a_permanent_error(backend: PostgresB
 def test_the_sink_isolates_a_row_the_server_rejects_in_a_copy_batch(
     backend: PostgresBackend, pg_dsn: str, pg_schema: str, tmp_path: Path
 ) -> None:
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL(
-            "CREATE FUNCTION {s}.refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-            "IF NEW.name = 'poison' THEN RAISE EXCEPTION 'refused' USING ERRCODE = "
-            "'data_exception'; END IF; RETURN NEW; END $$; CREATE TRIGGER refuse BEFORE "
-            "INSERT ON {s}.run_log FOR EACH ROW EXECUTE FUNCTION {s}.refuse()").format(
-                s=sql.Identifier(pg_schema)))
+    reject_rows(pg_dsn, pg_schema, "run_log", "poison", "data_exception")
     run_id = _new_run(backend)
     steps = [_pending(run_id, n, name="poison" if n == 4 else "t") for n in range(1, 13)]
     sink = Sink(backend, Spool(tmp_path / "spool"), retry_seconds=0.1)
