@@ -146,7 +146,8 @@ def test_a_lost_commit_answer_stores_nothing_twice(store: Store, pg_dsn: str,
     assert store.verify(rec.run_id).ok
 
 
-def test_naive_start_times_stream_as_the_server_reads_them(store: Store, pg_dsn: str) -> None:
+def test_naive_start_times_in_a_copy_read_as_the_server_reads_them(store: Store,
+                                                                   pg_dsn: str) -> None:
     naive = datetime(2024, 5, 1, 12, 30, 15, 250)
     with store.record(name="naive") as rec:
         for i in range(20):  # a COPY, rendered in binary
