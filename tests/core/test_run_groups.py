@@ -22,9 +22,14 @@ from tests.support.pgfaults import reject_rows
 
 @pytest.fixture
 def store(pg_dsn: str, pg_schema: str, spool_dir: Path) -> Iterator[Store]:
+    """A store whose batched writer lingers until a flush or a seal wakes it, before any run
+    is opened: a run's rows then reach it in one batch, as they do for a run that records
+    faster than the writer wakes, and never depending on which thread runs first."""
     with open_store(pg_dsn, schema=pg_schema, spool_dir=spool_dir) as opened:
+        writer = opened._writer("batched")
+        assert isinstance(writer, BatchedWriter)
+        writer.linger = 60.0
         yield opened
-
 
 
 def _writes(dsn: str, schema: str, run_id: UUID) -> set[str]:
@@ -43,12 +48,8 @@ def _writes(dsn: str, schema: str, run_id: UUID) -> set[str]:
 
 def _record_as_one_batch(store: Store, name: str, steps: int,
                          embeddings: int = 0) -> Recorder:
-    """A run whose rows the writer takes all at once, at the seal (it lingers until then),
-    as it does for a run that records faster than the writer wakes."""
+    """A run whose rows the writer takes all at once, at the seal (see `store`)."""
     with store.record(name=name) as rec:
-        writer = store._batched
-        assert isinstance(writer, BatchedWriter)
-        writer.linger = 60.0  # cut short by the seal, which wakes the writer at once
         for i in range(steps):
             rec.record("tool", name, {"i": i}, {"result": "x" * 50 * i})
         for i in range(embeddings):
@@ -90,9 +91,6 @@ def test_a_long_run_seals_in_its_last_transaction(store: Store, pg_dsn: str,
         for i in range(5):
             rec.record("tool", "t", {"i": i}, i)
         assert rec.flush()
-        writer = store._batched
-        assert isinstance(writer, BatchedWriter)
-        writer.linger = 60.0
         for i in range(5, 10):
             rec.record("tool", "t", {"i": i}, i)
     assert len(_writes(pg_dsn, pg_schema, rec.run_id)) == 2
@@ -102,10 +100,9 @@ def test_a_long_run_seals_in_its_last_transaction(store: Store, pg_dsn: str,
 @pytest.mark.parametrize("steps", [3, 30])
 def test_a_rejected_step_loses_only_itself(store: Store, pg_dsn: str, pg_schema: str,
                                            steps: int) -> None:
-    # 30 steps: the server refuses a row in the middle of a COPY the rows stream into
+    # 30 steps: the server refuses a row in the middle of a COPY
     reject_rows(pg_dsn, pg_schema, "run_log", "poison", "data_exception")
     with store.record(name="poisoned") as rec:
-        store._batched.linger = 60.0  # type: ignore[union-attr]
         for i in range(1, steps + 1):
             rec.record("tool", "poison" if i == 2 else "fine", {"i": i}, i)
     assert (rec.stats.steps, rec.stats.lost, rec.stats.spooled) == (steps, 1, 0)
