@@ -3,7 +3,7 @@
 What one commit costs decides the recorder's throughput more than any client CPU: a write
 is a round trip and, on commit, a flush of the WAL to disk. So a short run goes in as one
 transaction (its row sealed already, its steps in the same statement), a handful of steps as
-one multi-row INSERT, and more as one binary COPY that streams rows as they are made.
+one multi-row INSERT, and more as one binary COPY.
 `PostgresBackend` adds the connections, the schema and the reads.
 """
 
@@ -83,21 +83,21 @@ class PostgresWrites(StoreBackend):
         """All in one transaction, so one commit (one WAL flush to disk) for a short run:
         its row goes in sealed already when the seal is part of the group, and a few steps
         go in one statement with the run's row or with its seal (one round trip)."""
+        if run is None and finish is None:
+            self.append(steps, embeddings)
+            return
         if run is not None and finish is not None and run.run_id == finish.run_id:
             run = run.model_copy(update={
                 "status": RunStatus(finish.status), "step_count": finish.step_count,
                 "head_checksum": finish.head_checksum, "finished_at": finish.finished_at})
             finish = None
         named = run or finish
-        action = f"store {len(steps)} step(s)" + (f" of run {named.run_id}" if named else "")
+        assert named is not None
+        action = f"store run {named.run_id} with {len(steps)} step(s)"
         vectors = self._vector_rows(embeddings)
         with self._connection(action, self.write_timeout, write=True) as conn:
             if len(steps) <= SMALL_BATCH and not vectors and (run is None or finish is None):
                 self._one_statement(conn, run, steps, finish)
-                return
-            if run is None and finish is None and not vectors:
-                with conn.cursor() as cur:  # one COPY on an autocommit connection is atomic
-                    self._copy_steps(cur, steps, idempotent=False)
                 return
             with conn.transaction(), conn.cursor() as cur:
                 if run is not None:
@@ -109,7 +109,8 @@ class PostgresWrites(StoreBackend):
 
     def _one_statement(self, conn: Conn, run: Run | None, steps: Sequence[PendingStep],
                        finish: RunFinish | None) -> None:
-        """A few steps with a run's row or its seal (not both), atomic as one statement."""
+        """A few steps with a run's row or with a seal (one of the two), atomic as one
+        statement."""
         params = [v for s in steps for v in step_values(s)]
         n = len(steps)
         if run is not None:
@@ -119,8 +120,6 @@ class PostgresWrites(StoreBackend):
             _sealed(conn.execute(self._query(conn, "steps+seal", n) if n
                                  else self._query(conn, "seal"),
                                  [*params, *_seal_values(finish)]), finish)
-        elif n:
-            conn.execute(self._query(conn, "insert", n), params)
 
     def append(
         self,
@@ -140,9 +139,8 @@ class PostgresWrites(StoreBackend):
                 if not vectors and len(steps) <= SMALL_BATCH:
                     # A single INSERT is atomic on its own: one round trip instead of
                     # BEGIN + COPY + COMMIT, which is what a `sync` recorder pays per step.
-                    conn.execute(self._query(conn, _IDEMPOTENT_INSERT if idempotent
-                                             else "insert", len(steps)),
-                                 [v for s in steps for v in step_values(s)])
+                    with conn.cursor() as cur:
+                        self._insert(cur, steps, idempotent)
                 elif not vectors and not idempotent:
                     # One COPY on an autocommit connection is atomic on its own: no BEGIN and
                     # COMMIT round trips. Each wait on the server costs the writer thread a
@@ -176,13 +174,17 @@ class PostgresWrites(StoreBackend):
                      vectors: list[tuple[UUID, int, int, bytes]], idempotent: bool) -> None:
         """Steps and the pgvector copies of their vectors, inside the caller's transaction."""
         if steps and len(steps) <= SMALL_BATCH:
-            cur.execute(self._query(cur.connection, _IDEMPOTENT_INSERT if idempotent
-                                    else "insert", len(steps)),
-                        [v for s in steps for v in step_values(s)])
+            self._insert(cur, steps, idempotent)
         elif steps:
             self._copy_steps(cur, steps, idempotent)
         if vectors:
             self._copy_vectors(cur, vectors, idempotent)
+
+    def _insert(self, cur: psycopg.Cursor[Any], steps: Sequence[PendingStep],
+                idempotent: bool) -> None:
+        """Up to `SMALL_BATCH` steps in one multi-row INSERT."""
+        cur.execute(self._query(cur.connection, _IDEMPOTENT_INSERT if idempotent else "insert",
+                                len(steps)), [v for s in steps for v in step_values(s)])
 
     def _copy_steps(self, cur: psycopg.Cursor[Any], steps: Sequence[PendingStep],
                     idempotent: bool) -> None:
