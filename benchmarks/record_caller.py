@@ -20,7 +20,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
@@ -66,6 +66,25 @@ def writer_held(store: Store) -> Iterator[None]:
         writer.linger, writer.max_batch = linger, max_batch
 
 
+def _block(rec: Recorder, store: Store, call: Callable[[Any], object], prompts: Sequence[Any],
+           how: str, attached: Callable[[], AbstractContextManager[Any]] = nullcontext,
+           ) -> Callable[[], float]:
+    """One measured block: `call` on every prompt, after the previous block's rows are
+    written; `how` is "" (the calls), "held" (the writer held meanwhile) or "durable" (the
+    calls and the flush that makes their rows durable)."""
+    def calls_made() -> None:
+        for prompt in prompts:
+            call(prompt)
+        if how == "durable" and not rec.flush(timeout=120):
+            raise RuntimeError("the writer did not make the block durable")
+
+    def run() -> float:
+        rec.flush(timeout=120)
+        with attached(), writer_held(store) if how == "held" else nullcontext():
+            return per_unit(calls_made, len(prompts))
+    return run
+
+
 def _langchain(bench: Bench, store: Store) -> dict[str, Sample]:
     from langchain_core.callbacks import BaseCallbackHandler
     from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
@@ -97,17 +116,7 @@ def _langchain(bench: Bench, store: Store) -> dict[str, Sample]:
         }
 
         def block(config: RunnableConfig | None, how: str) -> Callable[[], float]:
-            def calls_made() -> None:
-                for p in prompts:
-                    model.invoke(p, config=config)
-                if how == "durable" and not rec.flush(timeout=120):
-                    raise RuntimeError("the writer did not make the block durable")
-
-            def run() -> float:
-                rec.flush(timeout=120)
-                with writer_held(store) if how == "held" else nullcontext():
-                    return per_unit(calls_made, calls)
-            return run
+            return _block(rec, store, lambda p: model.invoke(p, config=config), prompts, how)
 
         return interleave({name: block(*c) for name, c in configs.items()}, bench.repeats)
 
@@ -172,21 +181,8 @@ def _llamaindex(bench: Bench, store: Store) -> dict[str, Sample]:
             DURABLE_LI: (lambda: instrument(rec), "durable"),
         }
 
-        def block(attached: Callable[[], AbstractContextManager[Any]], how: str
-                  ) -> Callable[[], float]:
-            def calls_made() -> None:
-                for p in prompts:
-                    llm.chat(p)
-                if how == "durable" and not rec.flush(timeout=120):
-                    raise RuntimeError("the writer did not make the block durable")
-
-            def run() -> float:
-                rec.flush(timeout=120)
-                with attached(), writer_held(store) if how == "held" else nullcontext():
-                    return per_unit(calls_made, calls)
-            return run
-
-        return interleave({name: block(*a) for name, a in attach.items()}, bench.repeats)
+        return interleave({name: _block(rec, store, llm.chat, prompts, how, attached)
+                           for name, (attached, how) in attach.items()}, bench.repeats)
 
 
 def _core(bench: Bench, store: Store) -> dict[str, Sample]:
