@@ -10,6 +10,11 @@ A migration whose first lines say ``-- requires-extension: NAME`` needs that ext
 server does not offer it, the migration *waits*: it is not recorded, everything else is applied,
 and a later open retries it. Today that is pgvector's `vector`, needed only for search.
 
+A migration whose first line says ``-- optional: ...`` only tunes the schema (a storage
+setting): it runs in a savepoint with a short lock timeout, and when it cannot get its lock or
+the role may not make it, it stays pending for a later open. A store never refuses to open
+for want of it.
+
 """
 
 from __future__ import annotations
@@ -50,6 +55,10 @@ __all__ = [
 
 _FILE_RE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 _REQUIRES_RE = re.compile(r"^--\s*requires-extension:\s*([a-z0-9_]+)\s*$", re.MULTILINE)
+_OPTIONAL_RE = re.compile(r"\A--\s*optional:")
+#: how long an optional migration waits for its lock (an ALTER TABLE waits for every open
+#: transaction on the table, and everyone after it waits for the ALTER)
+OPTIONAL_LOCK_TIMEOUT = "1s"
 # Extension creation is database-wide: one lock for all schemas so two stores never race.
 _EXTENSION_LOCK_KEY = 0x6172_6578_7465_6E73  # "arextens"
 
@@ -62,6 +71,8 @@ class Migration:
     name: str
     text: str
     requires: tuple[str, ...] = ()
+    #: only tunes the schema: applied when it can be, never required (see the module's doc)
+    optional: bool = False
 
 
 @dataclass(frozen=True)
@@ -98,7 +109,8 @@ def load_migrations() -> tuple[Migration, ...]:
             continue
         text = entry.read_text(encoding="utf-8")
         requires = tuple(_REQUIRES_RE.findall(text))
-        found.append(Migration(int(match.group(1)), match.group(2), text, requires))
+        found.append(Migration(int(match.group(1)), match.group(2), text, requires,
+                               bool(_OPTIONAL_RE.match(text))))
     found.sort(key=lambda m: m.version)
     versions = [m.version for m in found]
     if len(set(versions)) != len(versions):
@@ -152,7 +164,7 @@ def read_status(conn: Conn, schema: str) -> list[MigrationState]:
             missing = [e for e in m.requires if extension_schema(conn, e) is None]
             note = "".join(
                 f"creates the {e!r} extension (needs the privilege to create it); " for e in missing
-            ).rstrip("; ")
+            ).rstrip("; ") or ("optional: tunes how rows are stored" if m.optional else "")
             states.append(MigrationState(m.version, m.name, "pending", note=note))
     return states
 
@@ -206,10 +218,32 @@ def apply_migrations(conn: Conn, schema: str) -> MigrationResult:
             if reason:
                 result.waiting[m.version] = reason
                 continue
-            conn.execute(_render(conn, m, schema))
+            if m.optional:
+                reason = _apply_optional(conn, m, schema)
+                if reason:
+                    result.waiting[m.version] = reason
+                    continue
+            else:
+                conn.execute(_render(conn, m, schema))
             conn.execute(_sql.record_migration(schema), (m.version, m.name))
             result.applied.append(m.version)
     return result
+
+
+def _apply_optional(conn: Conn, m: Migration, schema: str) -> str:
+    """Apply an optional migration in a savepoint; "" or why it stays pending."""
+    previous = conn.execute(_sql.show_lock_timeout()).fetchone()
+    try:
+        with conn.transaction():
+            conn.execute(_sql.set_local_lock_timeout(), (OPTIONAL_LOCK_TIMEOUT,))
+            conn.execute(_render(conn, m, schema))
+    except (psycopg.errors.LockNotAvailable, psycopg.errors.InsufficientPrivilege) as exc:
+        return (f"optional, not applied yet ({' '.join(str(exc).split())}); retried at the "
+                "next open")
+    finally:
+        if previous:
+            conn.execute(_sql.set_local_lock_timeout(), (previous[0],))
+    return ""
 
 
 def migrate(dsn: str, schema: str = "agentreplay", *, connect_timeout: float = 10) -> list[int]:

@@ -166,7 +166,9 @@ class PostgresBackend(PostgresWrites):
                 # SECURITY.md) uses it as it is; a migration that needs an extension only
                 # adds similarity search, which it can do without.
                 denied = explain_failure(exc, self._dsn)
-        optional = {m.version for m in load_migrations() if m.requires} if denied else set()
+        # an optional migration never holds an open up; one that needs an extension only
+        # when this role may not create it
+        optional = {m.version for m in load_migrations() if m.optional or (denied and m.requires)}
         behind = [s for s in read_status(conn, self.schema)
                   if s.state == "pending" and s.version not in optional]
         if behind:

@@ -159,6 +159,15 @@ def record_migration(schema: str) -> sql.Composed:
     )
 
 
+def show_lock_timeout() -> sql.SQL:
+    return sql.SQL("SELECT current_setting('lock_timeout')")
+
+
+def set_local_lock_timeout() -> sql.SQL:
+    """Parameter: the timeout as PostgreSQL reads it ('1s'); until the transaction ends."""
+    return sql.SQL("SELECT set_config('lock_timeout', %s, true)")
+
+
 def advisory_xact_lock() -> sql.SQL:
     """Parameter: the 64-bit lock key."""
     return sql.SQL("SELECT pg_advisory_xact_lock(%s)")

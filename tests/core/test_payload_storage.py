@@ -1,0 +1,84 @@
+"""Step payloads are stored uncompressed (migration 0003), and that optional migration never
+holds a store's open up: without its lock, or the right to alter the table, it waits."""
+
+from __future__ import annotations
+
+import threading
+
+import psycopg
+from psycopg import sql
+
+from agentreplay_core import open_store
+from agentreplay_core.stores._migrate import migrate, migration_status
+from agentreplay_core.stores._postgres import PostgresBackend
+
+
+def storage_of(dsn: str, schema: str) -> dict[str, str]:
+    """`attstorage` of run_log's payload columns, from the catalog: e external, x extended."""
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT a.attname, a.attstorage FROM pg_attribute a "
+            "JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relname = 'run_log' AND a.attname IN ('input', 'output')",
+            (schema,)).fetchall()
+    return {str(name): str(storage) for name, storage in rows}
+
+
+def state_of_3(dsn: str, schema: str) -> str:
+    return {s.version: s.state for s in migration_status(dsn, schema)}[3]
+
+
+def test_step_payloads_are_stored_uncompressed(pg_dsn: str, pg_schema: str) -> None:
+    store = open_store(pg_dsn, schema=pg_schema)
+    try:
+        with store.record(name="compressible") as rec:
+            rec.record("llm", "chat", {"prompt": "the same words " * 2_000},
+                       {"text": "again and again " * 2_000})
+        with store.replay(rec.run_id) as player:  # read back whole
+            assert player.next("llm", "chat", {"prompt": "the same words " * 2_000}) == \
+                {"text": "again and again " * 2_000}
+    finally:
+        store.close()
+
+    assert storage_of(pg_dsn, pg_schema) == {"input": "e", "output": "e"}
+    with psycopg.connect(pg_dsn) as conn:
+        row = conn.execute(sql.SQL(
+            "SELECT pg_column_compression(input), pg_column_compression(output), "
+            "pg_column_size(input) FROM {}").format(sql.Identifier(pg_schema, "run_log"))
+        ).fetchone()
+    assert row is not None
+    compression_in, compression_out, size_in = row
+    assert (compression_in, compression_out) == (None, None)
+    assert size_in > 30_000  # its full size: pglz would have made ~1 KB of it
+
+
+def test_the_optional_migration_waits_for_its_lock_instead_of_holding_the_open_up(
+        pg_dsn: str, pg_schema: str) -> None:
+    migrate(pg_dsn, pg_schema)
+    run_log = sql.Identifier(pg_schema, "run_log")
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:  # as before migration 0003
+        admin.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN input SET STORAGE EXTENDED, "
+                              "ALTER COLUMN output SET STORAGE EXTENDED").format(run_log))
+        admin.execute(sql.SQL("DELETE FROM {} WHERE version = 3").format(
+            sql.Identifier(pg_schema, "schema_migrations")))
+    assert state_of_3(pg_dsn, pg_schema) == "pending"
+
+    opened = threading.Event()
+
+    def open_and_close() -> None:
+        PostgresBackend(pg_dsn, schema=pg_schema).close()
+        opened.set()
+
+    with psycopg.connect(pg_dsn) as reader:  # a transaction that reads run_log, left open
+        reader.execute(sql.SQL("SELECT count(*) FROM {}").format(run_log)).fetchone()
+        thread = threading.Thread(target=open_and_close, daemon=True)
+        thread.start()
+        # an ALTER TABLE waiting for the reader would hold the open up until it ends
+        assert opened.wait(60), "the store's open waited for the reader's transaction"
+        assert state_of_3(pg_dsn, pg_schema) == "pending"
+        assert storage_of(pg_dsn, pg_schema) == {"input": "x", "output": "x"}
+        reader.rollback()
+
+    PostgresBackend(pg_dsn, schema=pg_schema).close()  # the next open applies it
+    assert state_of_3(pg_dsn, pg_schema) == "applied"
+    assert storage_of(pg_dsn, pg_schema) == {"input": "e", "output": "e"}
