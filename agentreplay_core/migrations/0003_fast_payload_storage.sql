@@ -11,17 +11,16 @@
 -- timeout and, if it cannot get the lock (or the role may not alter the table), leaves it
 -- pending for a later open instead of holding the open up.
 
+-- EXECUTE: a server older than PostgreSQL 14 would not parse SET COMPRESSION at all.
 DO $$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_settings
                WHERE name = 'default_toast_compression' AND 'lz4' = ANY (enumvals)) THEN
-        ALTER TABLE {schema}.run_log
-            ALTER COLUMN input SET COMPRESSION lz4,
-            ALTER COLUMN output SET COMPRESSION lz4;
+        EXECUTE 'ALTER TABLE {schema}.run_log ALTER COLUMN input SET COMPRESSION lz4, '
+                'ALTER COLUMN output SET COMPRESSION lz4';
     ELSE
-        ALTER TABLE {schema}.run_log
-            ALTER COLUMN input SET STORAGE EXTERNAL,
-            ALTER COLUMN output SET STORAGE EXTERNAL;
+        EXECUTE 'ALTER TABLE {schema}.run_log ALTER COLUMN input SET STORAGE EXTERNAL, '
+                'ALTER COLUMN output SET STORAGE EXTERNAL';
     END IF;
 END
 $$;
