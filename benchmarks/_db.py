@@ -81,7 +81,12 @@ def server_description(dsn: str) -> str:
               for n in names}
     vector = execute(dsn, "SELECT default_version FROM pg_available_extensions "
                           "WHERE name = 'vector'")
+    # migration 0003 compresses payloads with lz4 where the server has it, else not at all:
+    # the server's (and raw COPY's) cost per row, and bytes on disk, depend on which
+    lz4 = execute(dsn, "SELECT 1 FROM pg_settings WHERE name = 'default_toast_compression' "
+                       "AND 'lz4' = ANY (enumvals)")
     return (f"PostgreSQL {values['server_version']}, pgvector "
             f"{vector[0][0] if vector else 'not available'}, fsync={values['fsync']}, "
             f"synchronous_commit={values['synchronous_commit']}, "
-            f"shared_buffers={values['shared_buffers']}, wal_level={values['wal_level']}")
+            f"shared_buffers={values['shared_buffers']}, wal_level={values['wal_level']}, "
+            f"step payloads {'lz4-compressed' if lz4 else 'uncompressed (no lz4)'}")
