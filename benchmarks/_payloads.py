@@ -61,8 +61,26 @@ def chat_step(i: int) -> tuple[dict[str, Any], dict[str, Any]]:
     return request, response
 
 
-def chat_steps(count: int) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    return [chat_step(i) for i in range(count)]
+def chat_steps(count: int, start: int = 0) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    return [chat_step(i) for i in range(start, start + count)]
+
+
+_next_fresh = [0]
+
+
+def fresh(count: int) -> int:
+    """The first of `count` step indexes that no earlier call in this process handed out.
+
+    A workload recorded again in the same process costs less than new text: the redactor
+    remembers text it has screened for secrets (bounded, ~16 M characters), and a string
+    keeps its hash. An agent's new prompts and answers get neither, so a measured repeat
+    records steps it has not recorded before (the system prompt stays the same, as an
+    agent's does). Windows of the corpus come round again after ~80,000 steps, far beyond
+    what the redactor remembers.
+    """
+    start = _next_fresh[0]
+    _next_fresh[0] += count
+    return start
 
 
 def json_text(value: Any) -> str:
@@ -82,20 +100,22 @@ def conversation(turns: int) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     return steps
 
 
-def langchain_chat(count: int) -> tuple[list[list[BaseMessage]], list[AIMessage]]:
+def langchain_chat(count: int, start: int = 0
+                   ) -> tuple[list[list[BaseMessage]], list[AIMessage]]:
     """LangChain prompts (system + user) and answers of the same sizes as `chat_step`."""
     from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
+    indexes = range(start, start + count)
     prompts: list[list[BaseMessage]] = [
         [SystemMessage(system_prompt()), HumanMessage(text(2 * i + 1, USER_CHARS))]
-        for i in range(count)]
-    return prompts, [AIMessage(text(2 * i + 2, ANSWER_CHARS)) for i in range(count)]
+        for i in indexes]
+    return prompts, [AIMessage(text(2 * i + 2, ANSWER_CHARS)) for i in indexes]
 
 
-def llamaindex_chat(count: int) -> list[list[ChatMessage]]:
+def llamaindex_chat(count: int, start: int = 0) -> list[list[ChatMessage]]:
     """LlamaIndex prompts (system + user) of the same sizes as `chat_step`."""
     from llama_index.core.base.llms.types import ChatMessage
 
     return [[ChatMessage(role="system", content=system_prompt()),
              ChatMessage(role="user", content=text(2 * i + 1, USER_CHARS))]
-            for i in range(count)]
+            for i in range(start, start + count)]

@@ -19,7 +19,7 @@ from agentreplay_core import Store
 from agentreplay_core.stores import StoreBackend
 from benchmarks._context import Bench
 from benchmarks._db import fresh_store
-from benchmarks._payloads import chat_steps
+from benchmarks._payloads import chat_steps, fresh
 from benchmarks._report import Target, fmt
 from benchmarks._timing import alternate, pace, percentile
 
@@ -83,15 +83,17 @@ def paced(store: Store, steps: Sequence[tuple[Any, Any]], durability: str,
 
 def run(bench: Bench) -> list[Target]:
     report = bench.report
-    steps = chat_steps(bench.size(1_000, 5_000))
-    few = steps[:bench.size(300, 1_000)]
+    count, few = bench.size(1_000, 5_000), bench.size(300, 1_000)
     report.heading("latency: enqueue to durable at one step per ms",
-                   f"batched: {len(steps):,} steps per repeat, sync: {len(few):,}; paced in an "
+                   f"batched: {count:,} steps per repeat, sync: {few:,}; paced in an "
                    "open loop (a late step does not delay the schedule).")
     with fresh_store(bench.dsn, SCHEMA) as store:
         clock = DurableClock(store.backend)
-        found = alternate({"batched": lambda: paced(store, steps, "batched", clock),
-                           "sync": lambda: paced(store, few, "sync", clock)},
+        # new steps each repeat (see `_payloads.fresh`)
+        found = alternate({"batched": lambda: paced(store, chat_steps(count, fresh(count)),
+                                                    "batched", clock),
+                           "sync": lambda: paced(store, chat_steps(few, fresh(few)), "sync",
+                                                 clock)},
                           bench.size(2, 3), warmup=False)
     measures = {"batched: record() returned -> committed": ("batched", "durable"),
                 "batched: record() on the caller": ("batched", "call"),

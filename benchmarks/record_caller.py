@@ -13,12 +13,13 @@ work is left for the writer after the block ends. Blocks of 200 calls left a vis
 it outside the measurement: the LangChain handler measured 1.71x the no-op handler there and
 2.04x in blocks of 1,000 (same code, same session). The "until durable" rows time the same
 block plus the flush that makes its rows durable: none of the writer's work escapes them.
+Every block records prompts and answers it has not recorded before (`_payloads.fresh`): the
+same 1,000 calls again would find their text in the redactor's memo, as new text never does.
 """
 
 from __future__ import annotations
 
 import inspect
-import itertools
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -30,7 +31,13 @@ from agentreplay_core import Recorder, Store
 from benchmarks._baselines import create_seed_table, seed_record
 from benchmarks._context import Bench
 from benchmarks._db import fresh_store
-from benchmarks._payloads import ANSWER_CHARS, chat_steps, langchain_chat, llamaindex_chat
+from benchmarks._payloads import (
+    ANSWER_CHARS,
+    chat_steps,
+    fresh,
+    langchain_chat,
+    llamaindex_chat,
+)
 from benchmarks._report import Target
 from benchmarks._timing import Sample, interleave, per_unit, ratio
 
@@ -66,19 +73,26 @@ def writer_held(store: Store) -> Iterator[None]:
         writer.linger, writer.max_batch = linger, max_batch
 
 
-def _block(rec: Recorder, store: Store, call: Callable[[Any], object], prompts: Sequence[Any],
-           how: str, attached: Callable[[], AbstractContextManager[Any]] = nullcontext,
-           ) -> Callable[[], float]:
-    """One measured block: `call` on every prompt, after the previous block's rows are
-    written; `how` is "" (the calls), "held" (the writer held meanwhile) or "durable" (the
-    calls and the flush that makes their rows durable)."""
-    def calls_made() -> None:
-        for prompt in prompts:
-            call(prompt)
-        if how == "durable" and not rec.flush(timeout=120):
-            raise RuntimeError("the writer did not make the block durable")
+#: a block's calls: the function to call and the prompts to call it with, new each block
+Workload = Callable[[], tuple[Callable[[Any], object], Sequence[Any]]]
 
+
+def _block(rec: Recorder, store: Store, workload: Workload, how: str,
+           attached: Callable[[], AbstractContextManager[Any]] = nullcontext,
+           ) -> Callable[[], float]:
+    """One measured block: the workload's call on each of its prompts (made anew, before the
+    clock starts: see `_payloads.fresh`), after the previous block's rows are written; `how`
+    is "" (the calls), "held" (the writer held meanwhile) or "durable" (the calls and the
+    flush that makes their rows durable)."""
     def run() -> float:
+        call, prompts = workload()
+
+        def calls_made() -> None:
+            for prompt in prompts:
+                call(prompt)
+            if how == "durable" and not rec.flush(timeout=120):
+                raise RuntimeError("the writer did not make the block durable")
+
         rec.flush(timeout=120)
         with attached(), writer_held(store) if how == "held" else nullcontext():
             return per_unit(calls_made, len(prompts))
@@ -103,8 +117,6 @@ def _langchain(bench: Bench, store: Store) -> dict[str, Sample]:
             return None
 
     calls = bench.size(50, BLOCK)
-    prompts, answers = langchain_chat(calls)
-    model = GenericFakeChatModel(messages=itertools.cycle(answers))
     with store.record(name="langchain-caller") as rec:
         handler: RunnableConfig = {"callbacks": [RecordingCallbackHandler(rec)]}
         configs: dict[str, tuple[RunnableConfig | None, str]] = {
@@ -116,7 +128,11 @@ def _langchain(bench: Bench, store: Store) -> dict[str, Sample]:
         }
 
         def block(config: RunnableConfig | None, how: str) -> Callable[[], float]:
-            return _block(rec, store, lambda p: model.invoke(p, config=config), prompts, how)
+            def workload() -> tuple[Callable[[Any], object], Sequence[Any]]:
+                prompts, answers = langchain_chat(calls, fresh(calls))
+                model = GenericFakeChatModel(messages=iter(answers))
+                return lambda p: model.invoke(p, config=config), prompts
+            return _block(rec, store, workload, how)
 
         return interleave({name: block(*c) for name, c in configs.items()}, bench.repeats)
 
@@ -170,7 +186,6 @@ def _llamaindex(bench: Bench, store: Store) -> dict[str, Sample]:
             root.span_handlers = [h for h in root.span_handlers if h is not spans]
 
     calls = bench.size(50, BLOCK)
-    prompts = llamaindex_chat(calls)
     llm = MockLLM(max_tokens=ANSWER_CHARS // 5)  # "text " repeated: the answer's size
     with store.record(name="llamaindex-caller") as rec:
         attach: dict[str, tuple[Callable[[], AbstractContextManager[Any]], str]] = {
@@ -181,14 +196,17 @@ def _llamaindex(bench: Bench, store: Store) -> dict[str, Sample]:
             DURABLE_LI: (lambda: instrument(rec), "durable"),
         }
 
-        return interleave({name: _block(rec, store, llm.chat, prompts, how, attached)
+        def workload() -> tuple[Callable[[Any], object], Sequence[Any]]:
+            return llm.chat, llamaindex_chat(calls, fresh(calls))
+
+        return interleave({name: _block(rec, store, workload, how, attached)
                            for name, (attached, how) in attach.items()}, bench.repeats)
 
 
 def _core(bench: Bench, store: Store) -> dict[str, Sample]:
-    steps = chat_steps(bench.size(200, 500))
+    count = bench.size(200, 500)
 
-    def recorded(rec: Recorder) -> None:
+    def recorded(rec: Recorder, steps: list[tuple[Any, Any]]) -> None:
         for request, response in steps:
             rec.record("llm", "chat_model", request, response)
 
@@ -196,17 +214,18 @@ def _core(bench: Bench, store: Store) -> dict[str, Sample]:
         # The caller's time is measured; sealing (the flush) is not. The CPU of every thread
         # of the process until the run is durable is kept too: the work the recorder hands
         # to the writer thread is not free, it only leaves the agent's thread.
+        steps = chat_steps(count, fresh(count))
         c0 = time.process_time()
         with store.record(name="core-caller") as rec:
-            caller = per_unit(lambda: recorded(rec), len(steps))
-        cpu.append((time.process_time() - c0) / len(steps))
+            caller = per_unit(lambda: recorded(rec, steps), count)
+        cpu.append((time.process_time() - c0) / count)
         return caller
 
     cpu: list[float] = []
     with psycopg.connect(bench.dsn, autocommit=True) as conn:
         create_seed_table(conn, SCHEMA)
         timed = interleave({"seed recorder (INSERT per step)":
-                            lambda: seed_record(conn, SCHEMA, steps),
+                            lambda: seed_record(conn, SCHEMA, chat_steps(count, fresh(count))),
                             "Recorder.record, batched": agentreplay}, bench.repeats)
     timed["Recorder.record, batched: CPU of all threads until durable"] = Sample(tuple(cpu))
     return timed

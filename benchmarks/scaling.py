@@ -3,7 +3,10 @@
 Per step: the wall time of the whole run, from opening `store.record` to the run sealed (all
 rows durable), divided by its steps; and the caller's share (the `record` calls alone, which
 the bounded queue throttles once the writer falls behind). Every run starts from an empty
-`run_log` so that longer runs do not make later ones write into a bigger table.
+`run_log` so that longer runs do not make later ones write into a bigger table, and every
+step recorded is new to the recorder (`_payloads.fresh`): runs of 100 steps that recorded the
+same 100 steps again would find their text in the redactor's memo, which an agent's new text
+never is, and so look cheaper than they are.
 """
 
 from __future__ import annotations
@@ -11,12 +14,11 @@ from __future__ import annotations
 import functools
 import statistics
 import time
-from typing import Any
 
 from agentreplay_core import Store
 from benchmarks._context import Bench
 from benchmarks._db import fresh_store, truncate
-from benchmarks._payloads import chat_steps
+from benchmarks._payloads import chat_steps, fresh
 from benchmarks._report import Target, fmt
 from benchmarks._timing import interleave
 
@@ -24,27 +26,26 @@ SCHEMA = "bench_scaling"
 FLAT = 1.25  # largest per-step cost over the smallest
 
 
-def recorded(bench: Bench, store: Store, steps: list[tuple[Any, Any]], runs: int,
-             caller: list[float]) -> float:
-    """Seconds per step of `runs` whole runs of `steps` each, one after the other; appends
-    the caller's share to `caller`."""
+def recorded(bench: Bench, store: Store, length: int, runs: int, caller: list[float]) -> float:
+    """Seconds per step of `runs` whole runs of `length` steps each, one after the other,
+    each step new to the recorder (`fresh`); appends the caller's share to `caller`."""
     truncate(bench.dsn, SCHEMA, "run_log", "runs")
+    steps = chat_steps(runs * length, fresh(runs * length))  # made before the clock starts
     in_calls = 0.0
     t0 = time.perf_counter()
-    for _ in range(runs):
-        with store.record(name=f"scaling-{len(steps)}") as rec:
+    for first in range(0, len(steps), length):
+        with store.record(name=f"scaling-{length}") as rec:
             t1 = time.perf_counter()
-            for request, response in steps:
+            for request, response in steps[first:first + length]:
                 rec.record("llm", "chat_model", request, response)
             in_calls += time.perf_counter() - t1
-    caller.append(in_calls / (runs * len(steps)))
-    return (time.perf_counter() - t0) / (runs * len(steps))
+    caller.append(in_calls / len(steps))
+    return (time.perf_counter() - t0) / len(steps)
 
 
 def run(bench: Bench) -> list[Target]:
     report = bench.report
     lengths = (100, 1_000, 5_000) if bench.quick else (100, 10_000, 100_000)
-    steps = chat_steps(lengths[-1])
     # short runs are measured as many runs in a row, at least as many steps as the middle
     # length: long enough to time, and their per-run costs (open, seal) are counted
     runs = {n: max(1, lengths[1] // n) for n in lengths}
@@ -53,9 +54,9 @@ def run(bench: Bench) -> list[Target]:
                    " per measurement.")
     caller: dict[int, list[float]] = {n: [] for n in lengths}
     with fresh_store(bench.dsn, SCHEMA) as store:
-        recorded(bench, store, steps[:100], 1, [])  # connections and caches, not measured
+        recorded(bench, store, 100, 1, [])  # connections and caches, not measured
         samples = interleave({f"{n:,} steps": functools.partial(
-            recorded, bench, store, steps[:n], runs[n], caller[n]) for n in lengths},
+            recorded, bench, store, n, runs[n], caller[n]) for n in lengths},
             bench.size(2, 3), warmup=False)
     middle = f"{lengths[1]:,} steps"
     report.timing("Recording cost per step, run opened to sealed", samples, baseline=middle,

@@ -120,8 +120,9 @@ def test_a_rejected_run_row_loses_its_steps_loudly(store: Store, pg_dsn: str,
     assert not store.list_runs()
 
 
+@pytest.mark.parametrize("steps", [4, 20])  # one statement; a COPY streaming its rows
 def test_a_lost_commit_answer_stores_nothing_twice(store: Store, pg_dsn: str,
-                                                   pg_schema: str,
+                                                   pg_schema: str, steps: int,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """The transaction commits but the connection drops before its answer: the rows are
     written again one by one, idempotently, and the run is complete exactly once."""
@@ -135,11 +136,11 @@ def test_a_lost_commit_answer_stores_nothing_twice(store: Store, pg_dsn: str,
         raise DatabaseUnavailable("server closed the connection unexpectedly")
 
     monkeypatch.setattr(backend, "write_group", commit_then_lose_the_answer)
-    rec = _record_as_one_batch(store, "unsure", 4)
+    rec = _record_as_one_batch(store, "unsure", steps)
     assert len(calls) == 1
-    assert (rec.stats.steps, rec.stats.lost, rec.stats.spooled) == (4, 0, 0)
-    assert [s.step for s in store.load_steps(rec.run_id)] == [1, 2, 3, 4]
-    assert store.get_run(rec.run_id).step_count == 4
+    assert (rec.stats.steps, rec.stats.lost, rec.stats.spooled) == (steps, 0, 0)
+    assert [s.step for s in store.load_steps(rec.run_id)] == list(range(1, steps + 1))
+    assert store.get_run(rec.run_id).step_count == steps
     assert store.verify(rec.run_id).ok
 
 
