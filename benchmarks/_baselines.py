@@ -52,12 +52,18 @@ def seed_record(conn: psycopg.Connection[Any], schema: str,
 
 def create_raw_tables(conn: psycopg.Connection[Any], schema: str) -> None:
     """`raw_log` and `raw_embeddings`: the shape of agentreplay's tables (columns, keys,
-    indexes, checks), for the raw COPY baseline."""
+    indexes, checks, column storage and the table's storage parameters, such as its TOAST
+    target), for the raw COPY baseline."""
     for raw, like in (("raw_log", "run_log"), ("raw_embeddings", "embeddings")):
-        exists = conn.execute("SELECT to_regclass(%s)", (f'"{schema}"."{like}"',)).fetchone()
-        if exists and exists[0] is not None:  # no embeddings table without pgvector
-            conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} (LIKE {} INCLUDING ALL)").format(
-                sql.Identifier(schema, raw), sql.Identifier(schema, like)))
+        row = conn.execute("SELECT c.oid, c.reloptions FROM pg_class c WHERE c.oid = "
+                           "to_regclass(%s)", (f'"{schema}"."{like}"',)).fetchone()
+        if row is None:  # no embeddings table without pgvector
+            continue
+        conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} (LIKE {} INCLUDING ALL)").format(
+            sql.Identifier(schema, raw), sql.Identifier(schema, like)))
+        if row[1]:  # LIKE copies no storage parameters
+            conn.execute(sql.SQL("ALTER TABLE {} SET ({})").format(
+                sql.Identifier(schema, raw), sql.SQL(", ").join(map(sql.SQL, row[1]))))
 
 
 def step_rows(steps: Sequence[tuple[Any, Any]], name: str = "chat_model",

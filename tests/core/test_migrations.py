@@ -44,7 +44,7 @@ def test_migration_files_ship_in_the_package() -> None:
 
 
 def test_migrate_is_idempotent_and_reports_status(pg_dsn: str, pg_schema: str) -> None:
-    expected = [1, 2, 3] if server_offers_vector(pg_dsn) else [1, 3]
+    expected = [1, 2, 3, 4] if server_offers_vector(pg_dsn) else [1, 3, 4]
 
     assert migrate(pg_dsn, pg_schema) == expected
     assert migrate(pg_dsn, pg_schema) == []
@@ -53,7 +53,7 @@ def test_migrate_is_idempotent_and_reports_status(pg_dsn: str, pg_schema: str) -
     assert recorded_versions(pg_dsn, pg_schema) == expected
     states = {s.version: s for s in migration_status(pg_dsn, pg_schema)}
     assert states[1].state == "applied" and states[1].applied_at is not None
-    if expected == [1, 3]:
+    if expected == [1, 3, 4]:
         assert states[2].state == "waiting" and "vector" in states[2].note
     else:
         assert states[2].state == "applied"
@@ -188,7 +188,7 @@ def test_many_processes_and_threads_open_a_fresh_schema_at_once(
 
     assert errors == []
     assert [out for out, _ in outputs] == ["opened\n", "opened\n"], [err for _, err in outputs]
-    expected = [1, 2, 3] if server_offers_vector(pg_dsn) else [1, 3]
+    expected = [1, 2, 3, 4] if server_offers_vector(pg_dsn) else [1, 3, 4]
     assert recorded_versions(pg_dsn, pg_schema) == expected
 
 
@@ -228,4 +228,5 @@ def test_a_waiting_migration_is_applied_once_pgvector_appears(
 
     with PostgresBackend(user_dsn, schema="agentreplay") as store:
         assert store.has_pgvector is offers_vector
-    assert recorded_versions(user_dsn, "agentreplay") == ([1, 2, 3] if offers_vector else [1, 3])
+    assert recorded_versions(user_dsn, "agentreplay") == \
+        ([1, 2, 3, 4] if offers_vector else [1, 3, 4])

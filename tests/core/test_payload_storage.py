@@ -1,6 +1,6 @@
 """Step payloads are compressed with lz4 where the server has it, else stored uncompressed
-(migration 0003), and that optional migration never holds a store's open up: without its
-lock, or the right to alter the table, it waits."""
+(migration 0003) and, then, kept in their row up to ~4 KB (0004); an optional migration never
+holds a store's open up: without its lock, or the right to alter the table, it waits."""
 
 from __future__ import annotations
 
@@ -70,6 +70,46 @@ def test_step_payloads_are_stored_with_lz4_or_uncompressed(pg_dsn: str, pg_schem
     else:
         assert (compression_in, compression_out) == (None, None)
         assert size_in > 30_000  # its full size: pglz would have made ~1 KB of it
+
+
+def toasted_chunks(dsn: str, schema: str) -> int:
+    """Rows in run_log's TOAST table: values moved out of their row."""
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT reltoastrelid::regclass::text FROM pg_class WHERE oid = "
+                           "%s::regclass", (f'"{schema}".run_log',)).fetchone()
+        assert row is not None
+        counted = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(
+            sql.SQL(row[0]))).fetchone()  # a name from the catalog: pg_toast.pg_toast_N
+    assert counted is not None
+    return int(counted[0])
+
+
+def test_uncompressed_chat_steps_of_a_few_kilobytes_stay_in_their_row(
+        pg_dsn: str, pg_schema: str) -> None:
+    # a chat step of ~3.4 KB whose input alone is over the default 2 KB threshold, of text
+    # that does not repeat (as compression would shrink it where the server compresses)
+    words = [f"w{i * 7_919 % 100_003}" for i in range(500)]
+    step = ({"messages": [{"role": "user", "content": " ".join(words[:400])}]},
+            {"content": " ".join(words[400:])})
+    with open_store(pg_dsn, schema=pg_schema) as store, store.record(name="inline") as rec:
+        rec.record("llm", "chat", *step)
+    with psycopg.connect(pg_dsn) as conn:
+        row = conn.execute("SELECT reloptions FROM pg_class WHERE oid = %s::regclass",
+                           (f'"{pg_schema}".run_log',)).fetchone()
+        size = conn.execute(sql.SQL("SELECT pg_column_size(input) FROM {}").format(
+            sql.Identifier(pg_schema, "run_log"))).fetchone()
+    assert row is not None and size is not None
+    if server_offers_lz4(pg_dsn):  # compressed instead (0003): the default target stays
+        assert row[0] is None
+        return
+    assert row[0] == ["toast_tuple_target=4080"]
+    assert size[0] > 2_100  # over the default threshold: it would have gone to TOAST
+    assert toasted_chunks(pg_dsn, pg_schema) == 0
+    with open_store(pg_dsn, schema=pg_schema) as store:
+        with store.record(name="big") as rec:
+            rec.record("llm", "chat", {"text": " ".join(words * 4)}, "a larger value")
+        assert store.verify(rec.run_id).ok
+    assert toasted_chunks(pg_dsn, pg_schema) > 0  # a larger value still goes to TOAST
 
 
 def test_the_optional_migration_waits_for_its_lock_instead_of_holding_the_open_up(
