@@ -55,15 +55,15 @@ def create_raw_tables(conn: psycopg.Connection[Any], schema: str) -> None:
     indexes, checks, column storage and the table's storage parameters, such as its TOAST
     target), for the raw COPY baseline."""
     for raw, like in (("raw_log", "run_log"), ("raw_embeddings", "embeddings")):
-        row = conn.execute("SELECT c.oid, c.reloptions FROM pg_class c WHERE c.oid = "
-                           "to_regclass(%s)", (f'"{schema}"."{like}"',)).fetchone()
+        row = conn.execute("SELECT reloptions FROM pg_class WHERE oid = to_regclass(%s)",
+                           (f'"{schema}"."{like}"',)).fetchone()
         if row is None:  # no embeddings table without pgvector
             continue
         conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} (LIKE {} INCLUDING ALL)").format(
             sql.Identifier(schema, raw), sql.Identifier(schema, like)))
-        if row[1]:  # LIKE copies no storage parameters
+        if row[0]:  # LIKE copies no storage parameters
             conn.execute(sql.SQL("ALTER TABLE {} SET ({})").format(
-                sql.Identifier(schema, raw), sql.SQL(", ").join(map(sql.SQL, row[1]))))
+                sql.Identifier(schema, raw), sql.SQL(", ").join(map(sql.SQL, row[0]))))
 
 
 def step_rows(steps: Sequence[tuple[Any, Any]], name: str = "chat_model",

@@ -83,6 +83,11 @@ def fresh(count: int) -> int:
     return start
 
 
+def fresh_chat_steps(count: int) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """`count` chat steps that no earlier call in this process handed out (see `fresh`)."""
+    return chat_steps(count, fresh(count))
+
+
 def json_text(value: Any) -> str:
     """Canonical JSON text (sorted keys), what the baselines store."""
     return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()

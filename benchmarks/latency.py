@@ -19,7 +19,7 @@ from agentreplay_core import Store
 from agentreplay_core.stores import StoreBackend
 from benchmarks._context import Bench
 from benchmarks._db import fresh_store
-from benchmarks._payloads import chat_steps, fresh
+from benchmarks._payloads import fresh_chat_steps
 from benchmarks._report import Target, fmt
 from benchmarks._timing import alternate, pace, percentile
 
@@ -90,9 +90,9 @@ def run(bench: Bench) -> list[Target]:
     with fresh_store(bench.dsn, SCHEMA) as store:
         clock = DurableClock(store.backend)
         # new steps each repeat (see `_payloads.fresh`)
-        found = alternate({"batched": lambda: paced(store, chat_steps(count, fresh(count)),
+        found = alternate({"batched": lambda: paced(store, fresh_chat_steps(count),
                                                     "batched", clock),
-                           "sync": lambda: paced(store, chat_steps(few, fresh(few)), "sync",
+                           "sync": lambda: paced(store, fresh_chat_steps(few), "sync",
                                                  clock)},
                           bench.size(2, 3), warmup=False)
     measures = {"batched: record() returned -> committed": ("batched", "durable"),

@@ -33,8 +33,8 @@ from benchmarks._context import Bench
 from benchmarks._db import fresh_store
 from benchmarks._payloads import (
     ANSWER_CHARS,
-    chat_steps,
     fresh,
+    fresh_chat_steps,
     langchain_chat,
     llamaindex_chat,
 )
@@ -214,7 +214,7 @@ def _core(bench: Bench, store: Store) -> dict[str, Sample]:
         # The caller's time is measured; sealing (the flush) is not. The CPU of every thread
         # of the process until the run is durable is kept too: the work the recorder hands
         # to the writer thread is not free, it only leaves the agent's thread.
-        steps = chat_steps(count, fresh(count))
+        steps = fresh_chat_steps(count)
         c0 = time.process_time()
         with store.record(name="core-caller") as rec:
             caller = per_unit(lambda: recorded(rec, steps), count)
@@ -225,7 +225,7 @@ def _core(bench: Bench, store: Store) -> dict[str, Sample]:
     with psycopg.connect(bench.dsn, autocommit=True) as conn:
         create_seed_table(conn, SCHEMA)
         timed = interleave({"seed recorder (INSERT per step)":
-                            lambda: seed_record(conn, SCHEMA, chat_steps(count, fresh(count))),
+                            lambda: seed_record(conn, SCHEMA, fresh_chat_steps(count)),
                             "Recorder.record, batched": agentreplay}, bench.repeats)
     timed["Recorder.record, batched: CPU of all threads until durable"] = Sample(tuple(cpu))
     return timed

@@ -18,7 +18,7 @@ import time
 from agentreplay_core import Store
 from benchmarks._context import Bench
 from benchmarks._db import fresh_store, truncate
-from benchmarks._payloads import chat_steps, fresh
+from benchmarks._payloads import fresh_chat_steps
 from benchmarks._report import Target, fmt
 from benchmarks._timing import interleave
 
@@ -30,7 +30,7 @@ def recorded(bench: Bench, store: Store, length: int, runs: int, caller: list[fl
     """Seconds per step of `runs` whole runs of `length` steps each, one after the other,
     each step new to the recorder (`fresh`); appends the caller's share to `caller`."""
     truncate(bench.dsn, SCHEMA, "run_log", "runs")
-    steps = chat_steps(runs * length, fresh(runs * length))  # made before the clock starts
+    steps = fresh_chat_steps(runs * length)  # made before the clock starts
     in_calls = 0.0
     t0 = time.perf_counter()
     for first in range(0, len(steps), length):

@@ -25,7 +25,7 @@ from benchmarks._baselines import (
 )
 from benchmarks._context import Bench
 from benchmarks._db import fresh_store
-from benchmarks._payloads import chat_steps, fresh, json_text
+from benchmarks._payloads import chat_steps, fresh_chat_steps, json_text
 from benchmarks._report import Target
 from benchmarks._timing import interleave
 
@@ -71,11 +71,11 @@ def run(bench: Bench) -> list[Target]:
             "raw COPY of pre-built rows": raw,
             # new steps for agentreplay each repeat (see `_payloads.fresh`)
             "agentreplay batched": lambda: recorded_rate(
-                store, chat_steps(len(steps), fresh(len(steps))), "batched"),
+                store, fresh_chat_steps(len(steps)), "batched"),
             UNREDACTED: lambda: recorded_rate(
-                unredacted, chat_steps(len(steps), fresh(len(steps))), "batched"),
+                unredacted, fresh_chat_steps(len(steps)), "batched"),
             "agentreplay sync": lambda: recorded_rate(
-                store, chat_steps(len(few), fresh(len(few))), "sync"),
+                store, fresh_chat_steps(len(few)), "sync"),
             "seed recorder (INSERT per step)": lambda: seed_record(conn, SCHEMA, few),
         }, bench.size(3, 7))
     raw_s, batched = samples["raw COPY of pre-built rows"], samples["agentreplay batched"]
