@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from typing import Any, TypeVar, cast
 from uuid import UUID
 
-from agentreplay_core._codec import canonical_bytes, encode, unencodable_marker
+from agentreplay_core._codec import encode, unencodable_marker
 from agentreplay_core._errors import SerializationError
 from agentreplay_core._integrity import seal_checksum
 from agentreplay_core._keys import (
@@ -23,11 +23,12 @@ from agentreplay_core._keys import (
     join_path,
 )
 from agentreplay_core._model import RunStatus, Step, check_kind
+from agentreplay_core._prepare import oversized_error
 from agentreplay_core._recorded_errors import error_to_record
 from agentreplay_core._redact import Redactor
 from agentreplay_core._step_chain import Captured, StepChain
 from agentreplay_core._vectors import embedding_output, step_vectors
-from agentreplay_core._writer import SyncWriter, Writer, step_counts
+from agentreplay_core._writer import BatchedWriter, SealLater, SyncWriter, Writer, step_counts
 from agentreplay_core.stores._backend import RunFinish
 
 log = logging.getLogger("agentreplay")
@@ -100,17 +101,11 @@ class Recorder:
             log.warning("agentreplay: run %s: %s; stored as unencodable", self.run_id, exc)
             return unencodable_marker(value, exc)
 
-    def too_big(self, data: bytes, encoded: Any, where: str) -> bytes:
-        """The canonical marker of a value refused for its size (the match key was computed
-        from `data` already, so replay still finds the step and says why)."""
+    def note_oversized(self, where: str, size: int, type_name: str) -> None:
+        """Count and report an input or output stored as a marker for its size."""
         self.stats.unencodable += 1
-        error = SerializationError(
-            f"{len(data):,} bytes of JSON, more than max_value_bytes={self.max_value_bytes:,} "
-            "allows; record a smaller value (a summary, a file name) or raise "
-            "recorder.max_value_bytes", path=where, type_name=type(encoded).__name__)
-        log.warning("agentreplay: run %s: %s; stored as unencodable", self.run_id, error)
-        # the marker's repr from the first bytes only: repr() of the whole value is as big
-        return canonical_bytes(unencodable_marker(data[:400].decode("utf-8", "replace"), error))
+        log.warning("agentreplay: run %s: %s; stored as unencodable", self.run_id,
+                    oversized_error(size, self.max_value_bytes, where, type_name))
 
     def record(
         self,
@@ -250,10 +245,19 @@ class Recorder:
             self._closed = True
             count = self._next_step - 1
         finished_at = datetime.now(timezone.utc)
-        # This thread would only wait for the writer now: it makes the rows still queued, while
-        # the writer sends the batches already made (its waits on the database hold no GIL).
-        head = seal_checksum(self.run_id, status, count, self._chain.settle_all(), self._key)
-        self._writer.submit_finish(RunFinish(self.run_id, status, count, head, finished_at))
+
+        def finish() -> RunFinish:
+            head = seal_checksum(self.run_id, status, count, self._chain.settle_all(), self._key)
+            return RunFinish(self.run_id, status, count, head, finished_at)
+
+        writer = self._writer
+        if isinstance(writer, BatchedWriter) and writer.seals_later:
+            writer.submit_finish(SealLater(self.run_id, finish))
+        else:
+            # This thread would only wait for the writer now: it makes the rows still queued,
+            # while the writer sends the batches already made (its waits on the database hold
+            # no GIL).
+            writer.submit_finish(finish())
         if not self._writer.wait_durable(timeout):
             log.error("agentreplay: run %s not fully written after %ss", self.run_id, timeout)
         written, self.stats.spooled, self.stats.lost = step_counts(self._writer, self.run_id)

@@ -11,6 +11,7 @@ the chain is always computed in step order.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections import deque
@@ -24,10 +25,12 @@ from agentreplay_core._delta import DeltaEncoder
 from agentreplay_core._errors import SerializationError
 from agentreplay_core._integrity import GENESIS, chain_next, step_payload
 from agentreplay_core._keys import match_key_of_canonical
+from agentreplay_core._prepare import Prepared, prepare_step
 from agentreplay_core.stores._backend import EmbeddingRow, PendingStep
 
 if TYPE_CHECKING:
     from agentreplay_core._recorder import Recorder
+    from agentreplay_core._redact import Redactor
 
 log = logging.getLogger("agentreplay")
 
@@ -51,6 +54,8 @@ class Captured:
     started: datetime
     duration_ms: float
     vectors: list[list[float]]
+    #: the stored values, when the helper process of `prepare="process"` made them
+    prepared: Prepared | None = None
     row: PendingStep | None = None
     embeddings: list[EmbeddingRow] = field(default_factory=list)
 
@@ -74,6 +79,29 @@ class StepChain:
         self._waiting: deque[Captured] = deque()
         self._deltas = DeltaEncoder()
         self.head = GENESIS
+
+    @property
+    def redactor(self) -> Redactor | None:
+        return self._recorder.redactor
+
+    @property
+    def max_value_bytes(self) -> int:
+        return self._recorder.max_value_bytes
+
+    def prepare_here(self, step: Captured) -> None:
+        """Make a queued step's stored values now, ahead of its turn in the chain (the writer
+        does this for the batches its helper process has no time for). A failure is left for
+        `settle`, which prepares the step again and reports why."""
+        if step.row is not None or step.prepared is not None:
+            return
+        recorder = self._recorder
+        # Concurrent with the chain (no lock): a step settled meanwhile simply ignores this,
+        # and the delta encoder never takes a later step as an earlier one's base.
+        with contextlib.suppress(Exception):
+            step.prepared = prepare_step(recorder.redactor, self._deltas,
+                                         recorder.max_value_bytes, step.number, step.kind,
+                                         step.name, step.encoded_in, step.encoded_out,
+                                         step.match_key, step.caller_key)
 
     def add(self, step: Captured) -> None:
         """Queue a step; the recorder calls this in step order (under its own lock)."""
@@ -117,36 +145,20 @@ class StepChain:
         if step.vectors:
             step.embeddings = [EmbeddingRow(self.run_id, step.number, i, v)
                                for i, v in enumerate(step.vectors)]
-        step.encoded_in = step.encoded_out = None
+        step.encoded_in = step.encoded_out = step.prepared = None
         self.head = digest
 
     def _stored(self, step: Captured) -> tuple[bytes, bytes, str, bytes | None]:
-        """Redacted canonical input and output, the match key, and the input's compact stored
-        form when it repeats an earlier step's conversation (see `DeltaEncoder`)."""
+        """The step's stored values: made by the helper process already, or made here."""
         recorder = self._recorder
-        redactor = recorder.redactor
-        encoded_in, encoded_out = step.encoded_in, step.encoded_out
-        if redactor is not None:
-            (encoded_in, encoded_out), _ = redactor.redact_trees((encoded_in, encoded_out))
-        input_json = canonical_bytes(encoded_in)
-        output_json = canonical_bytes(encoded_out)
-        key = step.match_key
-        if step.caller_key and key and redactor is not None and b"<secret:" in input_json:
-            # a key the caller computed over a request that holds secrets: keyed, as a plain
-            # hash of the request could be used to test guesses of a weak password
-            key = redactor.rekey(key)
-        key = key or match_key_of_canonical(step.kind, step.name, input_json)
-        limit = recorder.max_value_bytes
-        whole_in = len(input_json) <= limit
-        if not whole_in:
-            input_json = recorder.too_big(input_json, encoded_in, "input")
-        if len(output_json) > limit:
-            output_json = recorder.too_big(output_json, encoded_out, "output")
-        # the last thing that can fail: the encoder takes a step as a base only once it is kept
-        stored_in = self._deltas.stored_input(step.number, step.kind, step.name,
-                                              encoded_in if whole_in else None, input_json,
-                                              output_json)
-        return input_json, output_json, key, stored_in
+        prepared = step.prepared
+        if prepared is None:
+            prepared = prepare_step(recorder.redactor, self._deltas, recorder.max_value_bytes,
+                                    step.number, step.kind, step.name, step.encoded_in,
+                                    step.encoded_out, step.match_key, step.caller_key)
+        for where, size, type_name in prepared.oversized:
+            recorder.note_oversized(where, size, type_name)
+        return prepared.input_json, prepared.output_json, prepared.key, prepared.stored_in
 
     def _failed(self, step: Captured, exc: Exception) -> tuple[bytes, bytes, str]:
         self._recorder.stats.unencodable += 1

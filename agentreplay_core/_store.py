@@ -34,6 +34,7 @@ from agentreplay_core._keys import clean_label
 from agentreplay_core._metadata import collect_metadata
 from agentreplay_core._model import FORMAT_VERSION, EmbeddingMatch, Run, RunStatus, Step
 from agentreplay_core._player import Player, check_match_mode
+from agentreplay_core._prepare_client import PREPARE_ENV, check_prepare
 from agentreplay_core._recorder import Recorder
 from agentreplay_core._redact import Redactor
 from agentreplay_core._sink import Sink
@@ -80,7 +81,14 @@ def meta_entropy(run: Run) -> bool:
 
 
 class Store:
-    """A run store over one backend (PostgreSQL, JSONL files or memory). See `open_store`."""
+    """A run store over one backend (PostgreSQL, JSONL files or memory). See `open_store`.
+
+    `prepare="process"` (or `AGENTREPLAY_PREPARE=process`) has the batched writer hand the
+    costly part of making rows (redaction, canonical JSON, match keys, delta encoding) to a
+    helper process, which runs it on another core, outside the agent's GIL; the rows are the
+    same. If the helper cannot start or fails, the writer goes on without it and logs why.
+    POSIX only; the default, "thread", prepares them in the writer's thread.
+    """
 
     def __init__(
         self,
@@ -91,8 +99,11 @@ class Store:
         max_queue: int = 10_000,
         accept_unkeyed_runs: bool = False,
         redaction: Redactor | None = _UNSET,
+        prepare: str | None = None,
     ) -> None:
         self.backend = backend
+        #: where the batched writer prepares steps: "thread" (its own) or "process" (a helper)
+        self.prepare = check_prepare(prepare or os.environ.get(PREPARE_ENV) or "thread")
         #: with an HMAC key, also trust runs chained without one (recorded before the key)
         self.accept_unkeyed_runs = accept_unkeyed_runs
         keys: Sequence[bytes | str | None]
@@ -149,7 +160,8 @@ class Store:
             return self._sync_writer
         with self._lock:
             if self._batched is None:
-                self._batched = BatchedWriter(self._sink, max_queue=self._max_queue)
+                self._batched = BatchedWriter(self._sink, max_queue=self._max_queue,
+                                              prepare=self.prepare)
             return self._batched
 
     # -- recording ------------------------------------------------------------------------

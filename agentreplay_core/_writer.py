@@ -10,12 +10,14 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal, Protocol, Union
 from uuid import UUID
 
 from agentreplay_core._model import Run
+from agentreplay_core._prepare_client import Prepare, PrepareClient, check_prepare
 from agentreplay_core._sink import Sink
+from agentreplay_core._step_chain import Captured
 from agentreplay_core.stores._backend import EmbeddingRow, PendingStep, RunFinish
 
 log = logging.getLogger("agentreplay")
@@ -62,15 +64,40 @@ class SyncWriter:
         self.sink.flush_spooled()
 
 
+class SealLater:
+    """A seal whose head checksum the writer computes when it reaches it: by then the run's
+    rows are made there (from the helper process's work), not in the sealing thread."""
+
+    __slots__ = ("make", "run_id")
+
+    def __init__(self, run_id: UUID, make: Callable[[], RunFinish]) -> None:
+        self.run_id = run_id
+        self.make = make
+
+
+def _resolved(finish: RunFinish | SealLater) -> RunFinish | None:
+    if isinstance(finish, RunFinish):
+        return finish
+    try:
+        return finish.make()
+    except Exception:  # never expected: the chain records its own failures
+        log.exception("agentreplay: run %s could not be sealed", finish.run_id)
+        return None
+
+
 _Item = Union[  # noqa: UP007 - a runtime alias; `|` between tuple types needs 3.10+ anyway
     tuple[Literal["run"], Run],
     tuple[Literal["step"], Settleable],
-    tuple[Literal["finish"], RunFinish],
+    tuple[Literal["finish"], Union[RunFinish, SealLater]],  # noqa: UP007
     tuple[Literal["barrier"], threading.Event],
     tuple[Literal["stop"], threading.Event],
 ]
 
 _live_writers: weakref.WeakSet[BatchedWriter] = weakref.WeakSet()
+#: a batch this large (or a queue this long behind it) means steps come faster than the helper
+#: process prepares them: the writer thread then prepares every other batch itself. An agent
+#: waiting on its model records far fewer per batch, and its steps all go to the helper.
+_SHARED_BATCH = 256
 
 
 @atexit.register
@@ -90,8 +117,11 @@ class BatchedWriter:
     """
 
     def __init__(self, sink: Sink, *, max_queue: int = 10_000, max_batch: int = 1_000,
-                 put_timeout: float = 10.0, linger: float = 0.002) -> None:
+                 put_timeout: float = 10.0, linger: float = 0.002,
+                 prepare: Prepare = "thread") -> None:
         self.sink = sink
+        #: the helper process that prepares steps (`prepare="process"`), else None
+        self.helper = PrepareClient() if check_prepare(prepare) == "process" else None
         self.max_batch = max_batch
         self.max_queue = max_queue
         #: how long a recording thread waits for room in a full queue before its row is
@@ -158,8 +188,11 @@ class BatchedWriter:
         return True
 
     def behind(self) -> bool:
-        """Whether a full batch waits already: the writer is not keeping up."""
-        return len(self._items) >= self.max_batch
+        """Whether a full batch waits already: the writer is not keeping up. (Not with a
+        helper process: preparing steps in the recording thread would take the work off the
+        helper's core and put it back on the agent's.)"""
+        return len(self._items) >= self.max_batch and (self.helper is None
+                                                        or not self.helper.alive)
 
     def submit_run(self, run: Run) -> None:
         if not self._put(("run", run)):
@@ -174,8 +207,16 @@ class BatchedWriter:
         else:
             self.sink.spool_rows([row], embeddings)
 
-    def submit_finish(self, finish: RunFinish) -> None:
-        if self._put(("finish", finish)):
+    @property
+    def seals_later(self) -> bool:
+        """Whether a seal should be `SealLater`: the rows are made with the helper process."""
+        return self.helper is not None and self.helper.alive
+
+    def submit_finish(self, seal: RunFinish | SealLater) -> None:
+        if self._put(("finish", seal)):
+            return
+        finish = _resolved(seal)
+        if finish is None:
             return
         if self._closed:
             self.sink.write_finish(finish)
@@ -203,18 +244,22 @@ class BatchedWriter:
             self._wake.set()
             if not done.wait(timeout):
                 log.error("agentreplay: writer did not drain within %ss; rows may be lost", timeout)
+            else:  # it stops right after: with its helper process, which it closes itself
+                self._thread.join(5.0)
+        elif self.helper is not None:  # else the writer thread closes it when it stops
+            self.helper.close()
         self.sink.flush_spooled()
 
-    def _take(self) -> list[_Item]:
-        """The next batch; sleeps while there is nothing to do."""
+    def _take(self, wait: bool = True) -> list[_Item]:
+        """The next batch; sleeps while there is nothing to do (unless told not to wait)."""
         items = self._items
-        if not items:
+        if wait and not items:
             self._idle = True
             if not items:  # checked again after `_idle` is visible: no wake-up can be missed
                 self._wake.wait()
             self._idle = False
         self._wake.clear()
-        if not self._urgent and len(items) < self.max_batch and self.linger > 0:
+        if wait and not self._urgent and len(items) < self.max_batch and self.linger > 0:
             # the first rows of a burst: let the rest join them in one batch (a flush, a
             # seal or stop cuts the wait short)
             self._wake.wait(self.linger)
@@ -229,6 +274,12 @@ class BatchedWriter:
         return batch
 
     def _run(self) -> None:
+        if self.helper is not None:
+            try:
+                self._run_with_helper(self.helper)
+            finally:
+                self.helper.close()
+            return
         while True:
             items = self._take()
             if not items:
@@ -237,6 +288,38 @@ class BatchedWriter:
             self._progress += 1
             if stop:
                 return
+
+    def _run_with_helper(self, helper: PrepareClient) -> None:
+        """`_run`, one batch ahead: the helper prepares a batch while this thread writes the
+        previous one (and the agent's threads run). When steps come faster than the helper
+        prepares them (a bulk recording, not an agent waiting on its model), this thread
+        prepares every other batch itself meanwhile."""
+        pending: deque[tuple[list[_Item], list[Captured] | None]] = deque()
+        while True:
+            items = self._take(wait=not pending)
+            if items:
+                steps = [item[1] for item in items if item[0] == "step"]
+                if pending and pending[-1][1] is not None and self._backlog(len(steps)):
+                    for step in steps:
+                        if type(step) is Captured:
+                            step.chain.prepare_here(step)
+                    pending.append((items, None))
+                else:
+                    pending.append((items, helper.send(steps)))
+            if pending and (not items or len(pending) > 1):
+                batch, sent = pending.popleft()
+                helper.receive(sent)
+                stop = self._process(batch)
+                self._progress += 1
+                if stop:  # anything queued in a race with close() is written all the same
+                    for batch, sent in pending:
+                        helper.receive(sent)
+                        self._process(batch)
+                    return
+
+    def _backlog(self, taken: int) -> bool:
+        """Whether steps are queued faster than one helper prepares them."""
+        return taken >= _SHARED_BATCH or len(self._items) >= _SHARED_BATCH
 
     def _process(self, items: list[_Item]) -> bool:
         group = _Group()
@@ -252,7 +335,7 @@ class BatchedWriter:
             elif item[0] == "finish":
                 if group.finish is not None:
                     self._write(group)
-                group.finish = item[1]
+                group.finish = _resolved(item[1])
             else:
                 self._write(group)
                 if item[0] == "barrier":
@@ -284,8 +367,8 @@ class BatchedWriter:
             with contextlib.suppress(IndexError):  # only this thread takes items
                 first = self._items[0]
                 if first[0] == "finish" and first[1].run_id == rows[-1].run_id:
-                    group.finish = first[1]
                     self._items.popleft()
+                    group.finish = _resolved(first[1])
         try:
             self.sink.write_group(group.run, rows, vectors, group.finish)
         except Exception:  # the sink never raises; this is a last line of defence

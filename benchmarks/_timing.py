@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import gc
 import math
+import os
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -91,3 +93,9 @@ def pace(count: int, interval: float, action: Callable[[int], None]) -> None:
         if delay > 0:
             time.sleep(delay)
         action(i)
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user and system) process `pid` has used so far (Linux: /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

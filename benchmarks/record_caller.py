@@ -30,7 +30,7 @@ import psycopg
 from agentreplay_core import Recorder, Store
 from benchmarks._baselines import create_seed_table, seed_record
 from benchmarks._context import Bench
-from benchmarks._db import fresh_store
+from benchmarks._db import fresh_store, helped_store
 from benchmarks._payloads import (
     ANSWER_CHARS,
     fresh,
@@ -39,7 +39,7 @@ from benchmarks._payloads import (
     llamaindex_chat,
 )
 from benchmarks._report import Target
-from benchmarks._timing import Sample, interleave, per_unit, ratio
+from benchmarks._timing import Sample, interleave, per_unit, process_cpu, ratio
 
 SCHEMA = "bench_caller"
 HANDLER_LIMIT = 1.25
@@ -52,6 +52,13 @@ HELD = "RecordingCallbackHandler, writer held"
 HELD_LI = "instrument(recorder), writer held"
 DURABLE = "RecordingCallbackHandler, until durable"
 DURABLE_LI = "instrument(recorder), until durable"
+#: the same recording into a store opened with `prepare="process"`: a helper process
+#: prepares the rows (redaction, canonical JSON, keys, deltas) instead of the writer thread
+PROCESS = "RecordingCallbackHandler, prepare=process"
+PROCESS_LI = "instrument(recorder), prepare=process"
+PROCESS_DURABLE = "RecordingCallbackHandler, prepare=process, until durable"
+PROCESS_DURABLE_LI = "instrument(recorder), prepare=process, until durable"
+PROCESS_CORE = "Recorder.record, batched, prepare=process"
 #: calls per measured block (see the module's docstring)
 BLOCK = 1_000
 
@@ -79,11 +86,13 @@ Workload = Callable[[], tuple[Callable[[Any], object], Sequence[Any]]]
 
 def _block(rec: Recorder, store: Store, workload: Workload, how: str,
            attached: Callable[[], AbstractContextManager[Any]] = nullcontext,
+           others: Sequence[Recorder] = (),
            ) -> Callable[[], float]:
     """One measured block: the workload's call on each of its prompts (made anew, before the
-    clock starts: see `_payloads.fresh`), after the previous block's rows are written; `how`
-    is "" (the calls), "held" (the writer held meanwhile) or "durable" (the calls and the
-    flush that makes their rows durable)."""
+    clock starts: see `_payloads.fresh`), after the previous block's rows are written (also
+    those of the `others`, recording into another store); `how` is "" (the calls), "held"
+    (the writer held meanwhile) or "durable" (the calls and the flush that makes their rows
+    durable)."""
     def run() -> float:
         call, prompts = workload()
 
@@ -93,13 +102,14 @@ def _block(rec: Recorder, store: Store, workload: Workload, how: str,
             if how == "durable" and not rec.flush(timeout=120):
                 raise RuntimeError("the writer did not make the block durable")
 
-        rec.flush(timeout=120)
+        for recorder in (rec, *others):
+            recorder.flush(timeout=120)
         with attached(), writer_held(store) if how == "held" else nullcontext():
             return per_unit(calls_made, len(prompts))
     return run
 
 
-def _langchain(bench: Bench, store: Store) -> dict[str, Sample]:
+def _langchain(bench: Bench, store: Store, helped: Store) -> dict[str, Sample]:
     from langchain_core.callbacks import BaseCallbackHandler
     from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
     from langchain_core.messages import BaseMessage
@@ -117,27 +127,32 @@ def _langchain(bench: Bench, store: Store) -> dict[str, Sample]:
             return None
 
     calls = bench.size(50, BLOCK)
-    with store.record(name="langchain-caller") as rec:
+    with store.record(name="langchain-caller") as rec, \
+            helped.record(name="langchain-caller, prepare=process") as other:
         handler: RunnableConfig = {"callbacks": [RecordingCallbackHandler(rec)]}
-        configs: dict[str, tuple[RunnableConfig | None, str]] = {
-            "no callbacks": (None, ""),
-            "no-op handler": ({"callbacks": [NoOpHandler()]}, ""),
-            "RecordingCallbackHandler": (handler, ""),
-            HELD: (handler, "held"),
-            DURABLE: (handler, "durable"),
+        process: RunnableConfig = {"callbacks": [RecordingCallbackHandler(other)]}
+        configs: dict[str, tuple[RunnableConfig | None, str, Recorder]] = {
+            "no callbacks": (None, "", rec),
+            "no-op handler": ({"callbacks": [NoOpHandler()]}, "", rec),
+            "RecordingCallbackHandler": (handler, "", rec),
+            HELD: (handler, "held", rec),
+            DURABLE: (handler, "durable", rec),
+            PROCESS: (process, "", other),
+            PROCESS_DURABLE: (process, "durable", other),
         }
 
-        def block(config: RunnableConfig | None, how: str) -> Callable[[], float]:
+        def block(config: RunnableConfig | None, how: str, into: Recorder
+                  ) -> Callable[[], float]:
             def workload() -> tuple[Callable[[Any], object], Sequence[Any]]:
                 prompts, answers = langchain_chat(calls, fresh(calls))
                 model = GenericFakeChatModel(messages=iter(answers))
                 return lambda p: model.invoke(p, config=config), prompts
-            return _block(rec, store, workload, how)
+            return _block(into, store, workload, how, others=(rec, other))
 
         return interleave({name: block(*c) for name, c in configs.items()}, bench.repeats)
 
 
-def _llamaindex(bench: Bench, store: Store) -> dict[str, Sample]:
+def _llamaindex(bench: Bench, store: Store, helped: Store) -> dict[str, Sample]:
     from llama_index.core.instrumentation.event_handlers import BaseEventHandler
     from llama_index.core.instrumentation.events import BaseEvent
     from llama_index.core.instrumentation.span import SimpleSpan
@@ -187,48 +202,64 @@ def _llamaindex(bench: Bench, store: Store) -> dict[str, Sample]:
 
     calls = bench.size(50, BLOCK)
     llm = MockLLM(max_tokens=ANSWER_CHARS // 5)  # "text " repeated: the answer's size
-    with store.record(name="llamaindex-caller") as rec:
-        attach: dict[str, tuple[Callable[[], AbstractContextManager[Any]], str]] = {
-            "no handler": (nullcontext, ""),
-            "no-op handlers": (no_op_handlers, ""),
-            "instrument(recorder)": (lambda: instrument(rec), ""),
-            HELD_LI: (lambda: instrument(rec), "held"),
-            DURABLE_LI: (lambda: instrument(rec), "durable"),
+    with store.record(name="llamaindex-caller") as rec, \
+            helped.record(name="llamaindex-caller, prepare=process") as other:
+        attach: dict[str, tuple[Callable[[], AbstractContextManager[Any]], str, Recorder]] = {
+            "no handler": (nullcontext, "", rec),
+            "no-op handlers": (no_op_handlers, "", rec),
+            "instrument(recorder)": (lambda: instrument(rec), "", rec),
+            HELD_LI: (lambda: instrument(rec), "held", rec),
+            DURABLE_LI: (lambda: instrument(rec), "durable", rec),
+            PROCESS_LI: (lambda: instrument(other), "", other),
+            PROCESS_DURABLE_LI: (lambda: instrument(other), "durable", other),
         }
 
         def workload() -> tuple[Callable[[Any], object], Sequence[Any]]:
             return llm.chat, llamaindex_chat(calls, fresh(calls))
 
-        return interleave({name: _block(rec, store, workload, how, attached)
-                           for name, (attached, how) in attach.items()}, bench.repeats)
+        return interleave({name: _block(into, store, workload, how, attached, (rec, other))
+                           for name, (attached, how, into) in attach.items()}, bench.repeats)
 
 
-def _core(bench: Bench, store: Store) -> dict[str, Sample]:
+def _core(bench: Bench, store: Store, helped: Store) -> dict[str, Sample]:
     count = bench.size(200, 500)
 
     def recorded(rec: Recorder, steps: list[tuple[Any, Any]]) -> None:
         for request, response in steps:
             rec.record("llm", "chat_model", request, response)
 
-    def agentreplay() -> float:
-        # The caller's time is measured; sealing (the flush) is not. The CPU of every thread
-        # of the process until the run is durable is kept too: the work the recorder hands
-        # to the writer thread is not free, it only leaves the agent's thread.
-        steps = fresh_chat_steps(count)
-        c0 = time.process_time()
-        with store.record(name="core-caller") as rec:
-            caller = per_unit(lambda: recorded(rec, steps), count)
-        cpu.append((time.process_time() - c0) / count)
-        return caller
+    def agentreplay(into: Store, cpu: list[float]) -> Callable[[], float]:
+        def run() -> float:
+            # The caller's time is measured; sealing (the flush) is not. The CPU of every
+            # thread of the process (and of the helper process) until the run is durable is
+            # kept too: the work the recorder hands to the writer is not free, it only leaves
+            # the agent's thread.
+            steps = fresh_chat_steps(count)
+            c0, h0 = time.process_time(), helper_cpu(into)
+            with into.record(name="core-caller") as rec:
+                caller = per_unit(lambda: recorded(rec, steps), count)
+            cpu.append((time.process_time() - c0 + helper_cpu(into) - h0) / count)
+            return caller
+        return run
 
     cpu: list[float] = []
+    helped_cpu: list[float] = []
     with psycopg.connect(bench.dsn, autocommit=True) as conn:
         create_seed_table(conn, SCHEMA)
         timed = interleave({"seed recorder (INSERT per step)":
                             lambda: seed_record(conn, SCHEMA, fresh_chat_steps(count)),
-                            "Recorder.record, batched": agentreplay}, bench.repeats)
+                            "Recorder.record, batched": agentreplay(store, cpu),
+                            PROCESS_CORE: agentreplay(helped, helped_cpu)}, bench.repeats)
     timed["Recorder.record, batched: CPU of all threads until durable"] = Sample(tuple(cpu))
+    timed[f"{PROCESS_CORE}: CPU of both processes until durable"] = Sample(tuple(helped_cpu))
     return timed
+
+
+def helper_cpu(store: Store) -> float:
+    """CPU seconds the store's prepare helper process has used so far (0 without one)."""
+    writer = store._batched
+    pid = writer.helper.pid if writer is not None and writer.helper is not None else None
+    return process_cpu(pid) if pid is not None else 0.0
 
 
 def run(bench: Bench) -> list[Target]:
@@ -236,14 +267,15 @@ def run(bench: Bench) -> list[Target]:
     report.heading("record_caller: caller-thread cost of recording",
                    "Chat steps of ~2 KB in / ~1 KB out into PostgreSQL, batched mode; time on "
                    "the calling thread while the writer thread works behind it.")
-    with fresh_store(bench.dsn, SCHEMA) as store:
-        lc = _langchain(bench, store)
-        li = _llamaindex(bench, store)
-        core = _core(bench, store)
+    with fresh_store(bench.dsn, SCHEMA) as store, \
+            helped_store(bench.dsn, SCHEMA) as helped:
+        lc = _langchain(bench, store, helped)
+        li = _llamaindex(bench, store, helped)
+        core = _core(bench, store, helped)
     report.timing("LangChain GenericFakeChatModel.invoke", lc, baseline="no-op handler",
                   per="call")
     report.timing("LlamaIndex MockLLM.chat", li, baseline="no-op handlers", per="call")
-    seed, ours, ours_cpu = core.values()
+    seed, ours, helped_core, ours_cpu, helped_cpu = core.values()
     report.timing("Core: one recorded step", core, baseline="seed recorder (INSERT per step)")
     return [
         Target("LangChain: invoke with RecordingCallbackHandler vs no-op handler",
@@ -268,4 +300,20 @@ def run(bench: Bench) -> list[Target]:
                ours_cpu.median * 1e6, None, " us",
                detail="the caller's share and the writer thread's: redaction, canonical "
                       "JSON, hashing and the COPY rows"),
+        Target('LangChain, prepare="process": invoke with RecordingCallbackHandler vs no-op '
+               "handler", ratio(lc[PROCESS], lc["no-op handler"]), HANDLER_LIMIT,
+               detail="a helper process prepares the rows, outside the agent's GIL"),
+        Target('LlamaIndex, prepare="process": chat inside instrument(recorder) vs no-op '
+               "handlers", ratio(li[PROCESS_LI], li["no-op handlers"]), HANDLER_LIMIT),
+        Target('LangChain, prepare="process": invoke until durable vs no-op handler '
+               "(documented)", ratio(lc[PROCESS_DURABLE], lc["no-op handler"]), None),
+        Target('LlamaIndex, prepare="process": chat until durable vs no-op handlers '
+               "(documented)", ratio(li[PROCESS_DURABLE_LI], li["no-op handlers"]), None),
+        Target('Caller latency per step, prepare="process": seed recorder / agentreplay',
+               ratio(seed, helped_core), SEED_FACTOR, higher_is_better=True,
+               detail=f"{helped_core.median * 1e6:.0f} us vs {seed.median * 1e6:.0f} us"),
+        Target('Recording CPU per step, prepare="process", both processes until durable '
+               "(documented)", helped_cpu.median * 1e6, None, " us",
+               detail="the helper process's CPU included: sending the steps there and back "
+                      "costs CPU of its own"),
     ]

@@ -16,12 +16,13 @@ from agentreplay_core import RunStatus, open_store
 from tests.support.pgcluster import PgCluster
 
 
-@pytest.mark.parametrize("durability", ["batched", "sync"])
+@pytest.mark.parametrize(("durability", "prepare"),
+                         [("batched", "thread"), ("sync", "thread"), ("batched", "process")])
 def test_database_stopped_mid_run_spools_then_flushes(
-    private_cluster: PgCluster, tmp_path: Path, durability: str
+    private_cluster: PgCluster, tmp_path: Path, durability: str, prepare: str
 ) -> None:
     spool = tmp_path / "spool"
-    store = open_store(private_cluster.dsn, schema="faults", spool_dir=spool)
+    store = open_store(private_cluster.dsn, schema="faults", spool_dir=spool, prepare=prepare)
     store._sink.retry_seconds = 0.5
     with store.record(name="outage", durability=durability) as rec:
         for i in range(10):
