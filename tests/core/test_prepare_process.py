@@ -4,6 +4,7 @@ start, never answers, is killed, outlives its parent) must cost the recording no
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -21,29 +22,11 @@ import pytest
 from psycopg import sql
 
 from agentreplay_core import Recorder, Store, open_store
-from agentreplay_core._prepare_client import PrepareClient
+from tests.support.helper_process import helper_of, wait_until_used
 
 #: the columns that must not differ between the two ways of preparing a step (the times do)
 COLUMNS = ("step", "kind", "name", "match_key", "path", "input", "output", "is_error",
            "checksum")
-
-
-def helper_of(store: Store) -> PrepareClient:
-    writer = store._batched
-    assert writer is not None and writer.helper is not None
-    return writer.helper
-
-
-def wait_until_used(store: Store) -> PrepareClient:
-    """Record until the helper has answered once (it takes a moment to start)."""
-    deadline = time.monotonic() + 60
-    with store.record(name="warm-up") as rec:
-        helper = helper_of(store)  # the batched writer starts with the first batched run
-        while helper.prepared == 0:
-            assert time.monotonic() < deadline, f"the helper never answered: {helper.failure}"
-            rec.record("tool", "warm", {"t": time.monotonic()}, None)
-            rec.flush()
-    return helper
 
 
 def steps_worth_checking() -> list[tuple[str, str, Any, Any]]:
@@ -303,3 +286,42 @@ def test_a_bulk_recording_shares_the_work_and_stores_the_same_run(
                 assert helper.failure is None
                 assert 0 < shared < len(steps), f"the helper prepared {shared} steps"
     assert checksums["process"] == checksums["thread"]
+
+
+FORKING = textwrap.dedent("""
+    import os, sys, time
+    from agentreplay_core import open_store
+    store = open_store(sys.argv[1], schema=sys.argv[2], spool_dir=sys.argv[3],
+                       prepare="process")
+    with store.record(name="forks") as rec:
+        while not store._batched.helper.prepared:
+            rec.record("tool", "t", {"t": time.time()}, None)
+            rec.flush()
+    print(store._batched.helper.pid, flush=True)
+    if os.fork() == 0:  # a worker that outlives its parent and never records
+        os.close(1)
+        os.close(2)
+        time.sleep(600)
+    os._exit(0)  # the parent dies without closing anything
+""")
+
+
+def test_a_forked_child_does_not_keep_the_helper_alive(
+    pg_dsn: str, pg_schema: str, spool_dir: Path, tmp_path: Path
+) -> None:
+    script = tmp_path / "forks.py"
+    script.write_text(FORKING)
+    parent = subprocess.Popen([sys.executable, str(script), pg_dsn, pg_schema, str(spool_dir)],
+                              stdout=subprocess.PIPE, text=True, cwd=os.getcwd(),
+                              start_new_session=True)  # its group: the worker is in it too
+    try:
+        assert parent.stdout is not None
+        pid = int(parent.stdout.readline())
+        assert parent.wait(timeout=60) == 0
+        deadline = time.monotonic() + 30
+        while process_state(pid) not in (None, "Z"):
+            assert time.monotonic() < deadline, "the forked worker kept the helper alive"
+            time.sleep(0.1)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(parent.pid, signal.SIGKILL)

@@ -9,9 +9,11 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+import psycopg
 import pytest
 from langchain_core.messages import BaseMessage
 from langchain_core.tools import BaseTool, tool
+from psycopg import sql
 from pydantic import Field
 
 from agentreplay_core import Store, open_store
@@ -19,6 +21,7 @@ from agentreplay_core._transfer import export_run
 from agentreplay_langchain import RecordingCallbackHandler, ReplayChatModel, replay_tools
 from tests.langchain.fakes import ScriptedChatModel, transcript
 from tests.langchain.test_tool_loop import tool_loop
+from tests.support.helper_process import wait_until_used
 from tests.support.pgcluster import PgCluster
 from tests.support.secret_leaks import FakeSecret, fake_secrets, files_bytes, leaks, schema_bytes
 
@@ -120,3 +123,26 @@ def test_the_run_replays_and_gives_the_secrets_back_when_asked(store: Store) -> 
         replayed = tool_loop(ReplayChatModel(player=player),
                              replay_tools(player, make_tools()), question)
     assert transcript(replayed) == transcript(live)
+
+
+def test_with_the_helper_process_no_secret_is_stored_and_the_run_replays(
+        pg_dsn: str, pg_schema: str) -> None:
+    """`prepare="process"`: the secrets are redacted in the helper process, with the same key
+    (the run matches and restores as one recorded without it)."""
+    schema = f"{pg_schema}_helped"
+    try:
+        with open_store(pg_dsn, schema=schema, prepare="process") as helped:
+            helper = wait_until_used(helped)
+            before = helper.prepared
+            run_id, live = record_agent(helped)
+            assert helper.prepared - before == 3 and helper.failure is None
+            assert grep(schema_bytes(pg_dsn, schema), FAKES) == []
+            with helped.replay(run_id, secrets=[f.value for f in FAKES]) as player:
+                replayed = tool_loop(ReplayChatModel(player=player),
+                                     replay_tools(player, make_tools()),
+                                     f"set up billing; {ALL_TEXT}")
+            assert transcript(replayed) == transcript(live)
+    finally:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(
+                sql.Identifier(schema)))
