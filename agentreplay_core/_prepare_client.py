@@ -56,9 +56,12 @@ def _start() -> subprocess.Popen[bytes] | None:
         log.warning("agentreplay: prepare=\"process\" needs a POSIX system; steps are prepared "
                     "in this process")
         return None
-    if not sys.executable:
-        log.warning("agentreplay: prepare=\"process\" found no Python executable "
-                    "(sys.executable is empty); steps are prepared in this process")
+    if not sys.executable or getattr(sys, "frozen", False):
+        # a frozen application's executable is the application itself, not a Python
+        log.warning("agentreplay: prepare=\"process\" found no Python executable to run the "
+                    "helper with (sys.executable is %r%s); steps are prepared in this process",
+                    sys.executable, ", a frozen application" if getattr(sys, "frozen", False)
+                    else "")
         return None
     env = dict(os.environ)
     # the helper imports agentreplay from where this process does

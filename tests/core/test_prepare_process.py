@@ -144,7 +144,8 @@ def fake_python(tmp_path: Path, body: str) -> str:
     return str(script)
 
 
-@pytest.mark.parametrize("case", ["missing", "silent", "ready-then-silent", "garbage"])
+@pytest.mark.parametrize("case", ["missing", "frozen", "silent", "ready-then-silent",
+                                  "garbage"])
 def test_a_helper_that_does_not_work_is_given_up_and_nothing_is_lost(
     pg_dsn: str, pg_schema: str, spool_dir: Path, tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, case: str
@@ -158,9 +159,12 @@ def test_a_helper_that_does_not_work_is_given_up_and_nothing_is_lost(
         "garbage": "import sys; sys.stdout.buffer.write(bytes([0, 0, 0, 3]) + bytes(3)); "
                    "sys.stdout.flush(); sys.stdin.buffer.read()",
     }
-    executable = str(tmp_path / "no-such-python") if case == "missing" else \
-        fake_python(tmp_path, bodies[case])
-    monkeypatch.setattr(sys, "executable", executable)
+    if case == "frozen":  # sys.executable is the application: it must not be run again
+        monkeypatch.setattr(sys, "frozen", True, raising=False)
+        monkeypatch.setattr(sys, "executable", fake_python(tmp_path, "import sys; sys.exit(3)"))
+    else:
+        monkeypatch.setattr(sys, "executable", str(tmp_path / "no-such-python")
+                            if case == "missing" else fake_python(tmp_path, bodies[case]))
     monkeypatch.setattr("agentreplay_core._prepare_client.TIMEOUT_SECONDS", 1.0)
     with caplog.at_level(logging.WARNING, logger="agentreplay"), \
             open_store(pg_dsn, schema=pg_schema, spool_dir=spool_dir,
@@ -174,6 +178,8 @@ def test_a_helper_that_does_not_work_is_given_up_and_nothing_is_lost(
         elapsed = time.monotonic() - started
         helper = helper_of(store)
         assert helper.failure is not None and helper.pid is None
+        if case in ("missing", "frozen"):
+            assert helper.failure == "not started"
         assert [s.output for s in store.load_steps(rec.run_id)] == list(range(200))
         assert store.verify(rec.run_id).ok
     assert elapsed < 30
