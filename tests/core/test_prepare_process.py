@@ -183,7 +183,7 @@ def test_a_helper_that_does_not_work_is_given_up_and_nothing_is_lost(
         assert [s.output for s in store.load_steps(rec.run_id)] == list(range(200))
         assert store.verify(rec.run_id).ok
     assert elapsed < 30
-    assert any("prepare helper" in r.getMessage() for r in caplog.records)
+    assert any("prepared in this process" in r.getMessage() for r in caplog.records)
 
 
 def test_closing_the_store_ends_the_helper(pg_dsn: str, pg_schema: str,
