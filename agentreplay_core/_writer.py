@@ -95,9 +95,12 @@ _Item = Union[  # noqa: UP007 - a runtime alias; `|` between tuple types needs 3
 
 _live_writers: weakref.WeakSet[BatchedWriter] = weakref.WeakSet()
 #: a batch this large (or a queue this long behind it) means steps come faster than the helper
-#: process prepares them: the writer thread then prepares every other batch itself. An agent
+#: process prepares them: the writer thread then prepares some batches itself. An agent
 #: waiting on its model records far fewer per batch, and its steps all go to the helper.
 _SHARED_BATCH = 256
+#: batches sent to the helper for each one the writer thread prepares, when sharing (it also
+#: chains and writes them all; 1 and 3 measured no better)
+_HELPER_SHARE = 2
 
 
 @atexit.register
@@ -293,19 +296,22 @@ class BatchedWriter:
         """`_run`, one batch ahead: the helper prepares a batch while this thread writes the
         previous one (and the agent's threads run). When steps come faster than the helper
         prepares them (a bulk recording, not an agent waiting on its model), this thread
-        prepares every other batch itself meanwhile."""
+        prepares one batch in three itself meanwhile."""
         pending: deque[tuple[list[_Item], list[Captured] | None]] = deque()
+        in_a_row = 0  # batches sent to the helper since this thread prepared one
         while True:
             items = self._take(wait=not pending)
             if items:
                 steps = [item[1] for item in items if item[0] == "step"]
-                if pending and pending[-1][1] is not None and self._backlog(len(steps)):
+                if pending and in_a_row >= _HELPER_SHARE and self._backlog(len(steps)):
                     for step in steps:
                         if type(step) is Captured:
                             step.chain.prepare_here(step)
                     pending.append((items, None))
+                    in_a_row = 0
                 else:
                     pending.append((items, helper.send(steps)))
+                    in_a_row += 1
             if pending and (not items or len(pending) > 1):
                 batch, sent = pending.popleft()
                 helper.receive(sent)
