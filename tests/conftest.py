@@ -48,16 +48,26 @@ def pg_dsn() -> Iterator[str]:
         cluster.destroy()
 
 
-@pytest.fixture
-def pg_schema(pg_dsn: str) -> Iterator[str]:
-    """A fresh schema name for one test, dropped afterwards."""
+def _fresh_schema(dsn: str) -> Iterator[str]:
     import psycopg
     from psycopg import sql
 
     name = f"t_{uuid.uuid4().hex[:12]}"
     yield name
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+    with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def pg_schema(pg_dsn: str) -> Iterator[str]:
+    """A fresh schema name for one test, dropped afterwards."""
+    yield from _fresh_schema(pg_dsn)
+
+
+@pytest.fixture
+def other_schema(pg_dsn: str) -> Iterator[str]:
+    """A second fresh schema for the same test (the same run stored two ways)."""
+    yield from _fresh_schema(pg_dsn)
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ import sys
 import textwrap
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -70,14 +69,6 @@ def stored_rows(dsn: str, schema: str, run_id: uuid.UUID) -> list[tuple[Any, ...
         sql.SQL(", ").join(sql.Identifier(c) for c in COLUMNS), sql.Identifier(schema))
     with psycopg.connect(dsn) as conn:
         return conn.execute(query, (run_id,)).fetchall()
-
-
-@pytest.fixture
-def other_schema(pg_dsn: str) -> Iterator[str]:
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    yield name
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
 
 
 def test_the_helper_stores_the_rows_the_writer_thread_stores(
@@ -203,6 +194,14 @@ def process_state(pid: int) -> str | None:
         return None
 
 
+def start_script(path: Path, text: str, *args: str, start_new_session: bool = False
+                 ) -> subprocess.Popen[str]:
+    """Run `text` as a Python script with `args`; its stdout is a pipe of lines."""
+    path.write_text(text)
+    return subprocess.Popen([sys.executable, str(path), *args], stdout=subprocess.PIPE,
+                            text=True, cwd=os.getcwd(), start_new_session=start_new_session)
+
+
 CHILD = textwrap.dedent("""
     import sys, time
     from agentreplay_core import open_store
@@ -222,10 +221,7 @@ CHILD = textwrap.dedent("""
 def test_the_helper_exits_when_the_recording_process_is_killed(
     pg_dsn: str, pg_schema: str, spool_dir: Path, tmp_path: Path
 ) -> None:
-    script = tmp_path / "child.py"
-    script.write_text(CHILD)
-    child = subprocess.Popen([sys.executable, str(script), pg_dsn, pg_schema, str(spool_dir)],
-                             stdout=subprocess.PIPE, text=True, cwd=os.getcwd())
+    child = start_script(tmp_path / "child.py", CHILD, pg_dsn, pg_schema, str(spool_dir))
     try:
         assert child.stdout is not None
         pid = int(child.stdout.readline())
@@ -315,11 +311,9 @@ FORKING = textwrap.dedent("""
 def test_a_forked_child_does_not_keep_the_helper_alive(
     pg_dsn: str, pg_schema: str, spool_dir: Path, tmp_path: Path
 ) -> None:
-    script = tmp_path / "forks.py"
-    script.write_text(FORKING)
-    parent = subprocess.Popen([sys.executable, str(script), pg_dsn, pg_schema, str(spool_dir)],
-                              stdout=subprocess.PIPE, text=True, cwd=os.getcwd(),
-                              start_new_session=True)  # its group: the worker is in it too
+    # in a process group of its own: the worker is in it too, and is killed with it below
+    parent = start_script(tmp_path / "forks.py", FORKING, pg_dsn, pg_schema, str(spool_dir),
+                          start_new_session=True)
     try:
         assert parent.stdout is not None
         pid = int(parent.stdout.readline())

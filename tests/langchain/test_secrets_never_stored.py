@@ -9,11 +9,9 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-import psycopg
 import pytest
 from langchain_core.messages import BaseMessage
 from langchain_core.tools import BaseTool, tool
-from psycopg import sql
 from pydantic import Field
 
 from agentreplay_core import Store, open_store
@@ -126,23 +124,17 @@ def test_the_run_replays_and_gives_the_secrets_back_when_asked(store: Store) -> 
 
 
 def test_with_the_helper_process_no_secret_is_stored_and_the_run_replays(
-        pg_dsn: str, pg_schema: str) -> None:
+        pg_dsn: str, other_schema: str) -> None:
     """`prepare="process"`: the secrets are redacted in the helper process, with the same key
     (the run matches and restores as one recorded without it)."""
-    schema = f"{pg_schema}_helped"
-    try:
-        with open_store(pg_dsn, schema=schema, prepare="process") as helped:
-            helper = wait_until_used(helped)
-            before = helper.prepared
-            run_id, live = record_agent(helped)
-            assert helper.prepared - before == 3 and helper.failure is None
-            assert grep(schema_bytes(pg_dsn, schema), FAKES) == []
-            with helped.replay(run_id, secrets=[f.value for f in FAKES]) as player:
-                replayed = tool_loop(ReplayChatModel(player=player),
-                                     replay_tools(player, make_tools()),
-                                     f"set up billing; {ALL_TEXT}")
-            assert transcript(replayed) == transcript(live)
-    finally:
-        with psycopg.connect(pg_dsn, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(
-                sql.Identifier(schema)))
+    with open_store(pg_dsn, schema=other_schema, prepare="process") as helped:
+        helper = wait_until_used(helped)
+        before = helper.prepared
+        run_id, live = record_agent(helped)
+        assert helper.prepared - before == 3 and helper.failure is None
+        assert grep(schema_bytes(pg_dsn, other_schema), FAKES) == []
+        with helped.replay(run_id, secrets=[f.value for f in FAKES]) as player:
+            replayed = tool_loop(ReplayChatModel(player=player),
+                                 replay_tools(player, make_tools()),
+                                 f"set up billing; {ALL_TEXT}")
+        assert transcript(replayed) == transcript(live)
