@@ -94,14 +94,16 @@ class StepChain:
         `settle`, which prepares the step again and reports why."""
         if step.row is not None or step.prepared is not None:
             return
-        recorder = self._recorder
         # Concurrent with the chain (no lock): a step settled meanwhile simply ignores this,
         # and the delta encoder never takes a later step as an earlier one's base.
         with contextlib.suppress(Exception):
-            step.prepared = prepare_step(recorder.redactor, self._deltas,
-                                         recorder.max_value_bytes, step.number, step.kind,
-                                         step.name, step.encoded_in, step.encoded_out,
-                                         step.match_key, step.caller_key)
+            step.prepared = self._prepare(step)
+
+    def _prepare(self, step: Captured) -> Prepared:
+        recorder = self._recorder
+        return prepare_step(recorder.redactor, self._deltas, recorder.max_value_bytes,
+                            step.number, step.kind, step.name, step.encoded_in,
+                            step.encoded_out, step.match_key, step.caller_key)
 
     def add(self, step: Captured) -> None:
         """Queue a step; the recorder calls this in step order (under its own lock)."""
@@ -150,14 +152,9 @@ class StepChain:
 
     def _stored(self, step: Captured) -> tuple[bytes, bytes, str, bytes | None]:
         """The step's stored values: made by the helper process already, or made here."""
-        recorder = self._recorder
-        prepared = step.prepared
-        if prepared is None:
-            prepared = prepare_step(recorder.redactor, self._deltas, recorder.max_value_bytes,
-                                    step.number, step.kind, step.name, step.encoded_in,
-                                    step.encoded_out, step.match_key, step.caller_key)
+        prepared = step.prepared or self._prepare(step)
         for where, size, type_name in prepared.oversized:
-            recorder.note_oversized(where, size, type_name)
+            self._recorder.note_oversized(where, size, type_name)
         return prepared.input_json, prepared.output_json, prepared.key, prepared.stored_in
 
     def _failed(self, step: Captured, exc: Exception) -> tuple[bytes, bytes, str]:

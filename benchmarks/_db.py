@@ -4,7 +4,6 @@ binaries, fsync on) in a temporary directory, or the server of `AGENTREPLAY_DSN`
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -61,18 +60,11 @@ def fresh_store(dsn: str, schema: str) -> Iterator[Store]:
 def helped_store(dsn: str, schema: str) -> Iterator[Store]:
     """A store on `schema` with `prepare="process"`, its helper process started and answering
     (it takes a moment to start, which no measurement should include)."""
+    from tests.support.helper_process import wait_until_used
+
     store = open_store(dsn, schema=schema, prepare="process")
     try:
-        deadline = time.monotonic() + 60
-        with store.record(name="helper warm-up") as rec:
-            writer = store._batched
-            assert writer is not None and writer.helper is not None
-            while writer.helper.prepared == 0:
-                if time.monotonic() > deadline or writer.helper.failure is not None:
-                    raise RuntimeError("the prepare helper process did not answer: "
-                                       f"{writer.helper.failure or 'no answer in 60 s'}")
-                rec.record("tool", "warm-up", {"at": time.monotonic()}, None)
-                rec.flush()
+        wait_until_used(store)
         yield store
     finally:
         store.close()

@@ -14,13 +14,19 @@ def helper_of(store: Store) -> PrepareClient:
     return writer.helper
 
 
-def wait_until_used(store: Store) -> PrepareClient:
-    """Record until the helper has answered once (it takes a moment to start)."""
-    deadline = time.monotonic() + 60
-    with store.record(name="warm-up") as rec:
+def wait_until_used(store: Store, timeout: float = 60.0) -> PrepareClient:
+    """Record until the helper has answered once (it takes a moment to start).
+
+    Raises:
+        RuntimeError: it was given up, or did not answer within `timeout` seconds.
+    """
+    deadline = time.monotonic() + timeout
+    with store.record(name="helper warm-up") as rec:
         helper = helper_of(store)  # the batched writer starts with the first batched run
         while helper.prepared == 0:
-            assert time.monotonic() < deadline, f"the helper never answered: {helper.failure}"
-            rec.record("tool", "warm", {"t": time.monotonic()}, None)
+            if time.monotonic() > deadline or helper.failure is not None:
+                raise RuntimeError("the prepare helper process did not answer: "
+                                   f"{helper.failure or f'no answer in {timeout:.0f} s'}")
+            rec.record("tool", "warm-up", {"at": time.monotonic()}, None)
             rec.flush()
     return helper
