@@ -53,10 +53,13 @@ from agentreplay_core.stores._pgconn import (
 )
 from agentreplay_core.stores._pgrows import (
     MAX_VECTOR_DIMS,
+    RowUnreadable,
+    can_stream_chunks,
     fetch_rows,
     gc_paused,
     run_from_row,
     step_from_row,
+    stream_steps,
     vector_text,
 )
 from agentreplay_core.stores._pgwrite import PostgresWrites
@@ -393,17 +396,33 @@ class PostgresBackend(PostgresWrites):
         """All steps as stored, unvalidated: verification reports tampered values. A row that
         cannot be decoded at all raises `StoreError` naming its run and step. Inputs stored as
         deltas come back whole (`agentreplay_core._delta`); one whose base is gone comes back
-        as an unencodable marker saying so, and fails verification."""
+        as an unencodable marker saying so, and fails verification.
+
+        The rows are read in the primary key's order (a sort of a long run's rows spills to
+        disk) and, where the driver can, streamed in chunks, parsed while the server sends the
+        next ones.
+        """
+        action = f"load the steps of run {run_id}"
+        query = _sql.load_steps(self.schema)
         with gc_paused():
-            with self._unlimited(f"load the steps of run {run_id}") as conn:
-                rows = fetch_rows(conn.execute(_sql.load_steps(self.schema), (run_id,)),
-                                  "run_log")
-                # No rows: an empty run, or no such run at all.
-                exists = rows or conn.execute(_sql.select_run(self.schema), (run_id,)).fetchone()
-            if not exists:
+            steps = None
+            if can_stream_chunks():
+                with suppress(RowUnreadable), self._unlimited(action) as conn:
+                    conn.execute(_sql.read_in_index_order())
+                    steps = stream_steps(conn, query, run_id)
+                    exists = steps or conn.execute(_sql.select_run(self.schema),
+                                                    (run_id,)).fetchone()
+            if steps is None:  # the whole result at once, which names an unreadable row
+                with self._unlimited(action) as conn:
+                    conn.execute(_sql.read_in_index_order())
+                    rows = fetch_rows(conn.execute(query, (run_id,)), "run_log")
+                    exists = rows or conn.execute(_sql.select_run(self.schema),
+                                                  (run_id,)).fetchone()
+                deltas = DeltaResolver()  # rows come ordered by step: bases before deltas
+                steps = [step_from_row(row, deltas) for row in rows]
+            if not exists:  # no rows: an empty run, or no such run at all
                 raise RunNotFound(run_id)
-            deltas = DeltaResolver()  # rows come ordered by step: bases before deltas
-            return [step_from_row(row, deltas) for row in rows]
+            return steps
 
     def search_embeddings(self, vector: Sequence[float], limit: int = 10) -> list[EmbeddingMatch]:
         if self._vector_schema is None:

@@ -42,6 +42,7 @@ __all__ = [
     "merge_staged_steps",
     "merge_staged_vectors",
     "missing_privileges",
+    "read_in_index_order",
     "record_migration",
     "run_ids_between",
     "search_embeddings",
@@ -121,6 +122,13 @@ def set_config(count: int) -> sql.Composed:
 def begin_without_statement_timeout() -> sql.SQL:
     """Two statements without parameters: psycopg sends them in one simple-protocol message."""
     return sql.SQL("BEGIN; SET LOCAL statement_timeout = 0")
+
+
+def read_in_index_order() -> sql.SQL:
+    """For the rest of the transaction: rows asked for in key order come from the index in
+    that order. Without it the planner sorts a long run's rows, after reading them all (so
+    nothing streams), in a sort that spills to disk."""
+    return sql.SQL("SET LOCAL enable_sort = off")
 
 
 # -- migrations ---------------------------------------------------------------------------

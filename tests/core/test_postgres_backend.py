@@ -17,8 +17,10 @@ from psycopg import sql
 from agentreplay_core import _codec, open_store
 from agentreplay_core._errors import RunNotFound, StoreError
 from agentreplay_core._model import Run, RunStatus
+from agentreplay_core.stores import _postgres as postgres_module
 from agentreplay_core.stores._backend import EmbeddingRow, PendingStep, RunFinish
 from agentreplay_core.stores._pgconn import DatabaseUnavailable, dsn_endpoints, redact_dsn
+from agentreplay_core.stores._pgrows import STREAM_CHUNK, can_stream_chunks
 from agentreplay_core.stores._postgres import PostgresBackend
 from tests.support.pgcluster import PgCluster
 
@@ -377,20 +379,53 @@ UNDECODABLE_STEPS = {
 
 
 @pytest.mark.parametrize("column", sorted(UNDECODABLE_STEPS))
+@pytest.mark.parametrize("bad", [2, 3 * STREAM_CHUNK + 2], ids=["first-chunk", "later-chunk"])
 def test_an_undecodable_step_is_a_store_error_naming_it(
-    backend: PostgresBackend, pg_dsn: str, pg_schema: str, column: str
+    backend: PostgresBackend, pg_dsn: str, pg_schema: str, column: str, bad: int
 ) -> None:
     run_id = new_run(backend)
-    backend.append([step(run_id, n) for n in (1, 2, 3)])
-    _tamper(pg_dsn, pg_schema, UNDECODABLE_STEPS[column], run_id)
+    count = bad + STREAM_CHUNK  # the bad row arrives with rows after it still to come
+    backend.append([step(run_id, n) for n in range(1, count + 1)])
+    _tamper(pg_dsn, pg_schema, UNDECODABLE_STEPS[column].replace("step = 2", f"step = {bad}"),
+            run_id)
+    other = new_run(backend)
+    backend.append([step(other, n) for n in (1, 2)])
 
     with pytest.raises(StoreError) as caught:
         backend.load_steps(run_id)
 
     message = str(caught.value)
-    assert f"step 2 of run {run_id} cannot be read" in message
+    assert f"step {bad} of run {run_id} cannot be read" in message
     assert column in message or "infinity" in message
     assert "changed outside" in message
+    # the stream cut short left the pooled connections fit for the next read
+    assert [s.step for s in backend.load_steps(other)] == [1, 2]
+
+
+def test_a_long_run_streams_in_step_order_with_its_deltas_resolved(
+    pg_dsn: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows parsed chunk by chunk as they arrive give what reading the whole result gives: a
+    conversation whose inputs are stored as deltas on earlier steps, across chunk borders,
+    interleaved with another run's rows."""
+    assert can_stream_chunks(), "the driver here streams in chunks, or this tests nothing"
+    messages: list[dict[str, str]] = []
+    sent = []
+    with open_store(pg_dsn, schema=pg_schema) as store:
+        with store.record(name="chat") as rec, store.record(name="noise") as noise:
+            for turn in range(3 * STREAM_CHUNK + 7):
+                messages.append({"role": "user", "content": f"question {turn} " * 20})
+                sent.append({"messages": list(messages)})
+                rec.record("llm", "chat", sent[-1], {"content": f"answer {turn}"})
+                noise.record("tool", "t", {"turn": turn}, turn)
+                messages.append({"role": "assistant", "content": f"answer {turn}"})
+        streamed = store.load_steps(rec.run_id)
+        monkeypatch.setattr(postgres_module, "can_stream_chunks", lambda: False)
+        whole = store.load_steps(rec.run_id)
+
+    assert [s.input for s in streamed] == sent
+    assert [s.step for s in streamed] == list(range(1, len(sent) + 1))
+    assert streamed == whole
 
 
 @pytest.mark.parametrize(("stored", "loaded"), [
