@@ -17,12 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from uuid import UUID
 
+from agentreplay_core._delta import DeltaEncoder
 from agentreplay_core._errors import IntegrityError, RunNotFound, StoreError
 from agentreplay_core._integrity import VerifyReport
 from agentreplay_core._model import Run, Step
 from agentreplay_core._store import Store
 from agentreplay_core._vectors import step_vectors
-from agentreplay_core.stores._backend import EmbeddingRow
+from agentreplay_core.stores._backend import EmbeddingRow, PendingStep
 from agentreplay_core.stores._file import parse_run, pending_from_step, run_line, step_line
 
 __all__ = ["ExportResult", "ImportResult", "MalformedExport", "RunExists", "embedding_rows",
@@ -138,6 +139,15 @@ def read_export(path: str | os.PathLike[str]) -> tuple[Run, list[Step]]:
         raise MalformedExport(str(exc)) from None
 
 
+def _stored(step: Step, deltas: DeltaEncoder) -> PendingStep:
+    """The row of an imported step; its input a delta on an earlier step's where it repeats
+    that step's conversation (only PostgreSQL stores the delta; see `agentreplay_core._delta`)."""
+    row = pending_from_step(step)
+    row.stored_input_json = deltas.stored_input(step.step, step.kind, step.name, step.input,
+                                                row.input_json, row.output_json)
+    return row
+
+
 def _exists(store: Store, run_id: UUID) -> bool:
     try:
         store.backend.get_run(run_id)
@@ -175,10 +185,11 @@ def import_run(store: Store, path: str | os.PathLike[str], *, replace: bool = Fa
 
 def _write_steps(store: Store, steps: Sequence[Step], progress: Progress | None) -> int:
     vectors = 0
+    deltas = DeltaEncoder()  # a growing conversation is stored as recording stores it
     for start in range(0, len(steps), BATCH):
         batch = steps[start:start + BATCH]
         rows = [e for s in batch for e in embedding_rows(s)]
-        store.backend.append([pending_from_step(s) for s in batch], rows)
+        store.backend.append([_stored(s, deltas) for s in batch], rows)
         vectors += len(rows)
         if progress is not None:
             progress(start + len(batch), len(steps))

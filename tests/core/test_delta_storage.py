@@ -342,6 +342,13 @@ def test_export_import_and_fork_carry_logical_inputs(
     imported = import_run(pg_store, tmp_path / "chat.jsonl")
     assert imported.report.ok
     assert [s.input for s in pg_store.load_steps(run_id)] == requests
+    # stored as recording stores it: every turn after the first a delta, a fraction of the size
+    deltas = execute(pg_dsn, pg_schema, "SELECT count(*) FROM {s}.run_log WHERE run_id = %s "
+                     "AND input->>'__ar__' = 'delta'", run_id)
+    assert deltas[0][0] == len(requests) - 1
+    assert input_bytes(pg_dsn, pg_schema, run_id) < sum(
+        len(canonical_bytes(r)) for r in requests) / 4
+    assert pg_store.verify(run_id).ok
 
     rewrite_as_deltas(pg_dsn, pg_schema, run_id, requests)
     steps = conversation(12)
