@@ -28,7 +28,8 @@ from agentreplay_core._recorded_errors import error_to_record
 from agentreplay_core._redact import Redactor
 from agentreplay_core._step_chain import Captured, StepChain
 from agentreplay_core._vectors import embedding_output, step_vectors
-from agentreplay_core._writer import BatchedWriter, SealLater, SyncWriter, Writer, step_counts
+from agentreplay_core._writer import BatchedWriter, SealLater, Writer, step_counts
+from agentreplay_core._writer_sync import SyncWriter
 from agentreplay_core.stores._backend import RunFinish
 
 log = logging.getLogger("agentreplay")

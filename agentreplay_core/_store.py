@@ -39,7 +39,8 @@ from agentreplay_core._recorder import Recorder
 from agentreplay_core._redact import Redactor
 from agentreplay_core._sink import Sink
 from agentreplay_core._spool import Spool
-from agentreplay_core._writer import BatchedWriter, SyncWriter, Writer, check_durability
+from agentreplay_core._writer import BatchedWriter, Writer
+from agentreplay_core._writer_sync import SyncWriter, check_durability
 from agentreplay_core.stores._backend import StoreBackend
 
 log = logging.getLogger("agentreplay")

@@ -1,5 +1,5 @@
-"""Writers hand a recorder's rows to the sink: in the caller's thread (`sync`) or in batches
-from a background thread (`batched`, the default)."""
+"""The batched writer: it hands a recorder's rows to the sink in batches from a background
+thread (`batched`, the default durability; `sync` is `_writer_sync`)."""
 
 from __future__ import annotations
 
@@ -10,58 +10,18 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Sequence
-from typing import Literal, Protocol, Union
+from collections.abc import Callable
+from typing import Literal, Union
 from uuid import UUID
 
 from agentreplay_core._model import Run
 from agentreplay_core._prepare_client import Prepare, PrepareClient, check_prepare
 from agentreplay_core._sink import Sink
 from agentreplay_core._step_chain import Captured
+from agentreplay_core._writer_sync import Settleable, SyncWriter
 from agentreplay_core.stores._backend import EmbeddingRow, PendingStep, RunFinish
 
 log = logging.getLogger("agentreplay")
-
-Durability = Literal["batched", "sync"]
-DURABILITY_MODES: tuple[str, ...] = ("batched", "sync")
-
-
-def check_durability(value: str) -> Durability:
-    if value not in DURABILITY_MODES:
-        raise ValueError(f"durability must be one of {', '.join(DURABILITY_MODES)}, not {value!r}")
-    return value  # type: ignore[return-value]
-
-
-class Settleable(Protocol):
-    """A recorded step whose row may still have to be made (see `StepChain`)."""
-
-    def settle(self) -> tuple[PendingStep, Sequence[EmbeddingRow]]: ...
-
-
-class SyncWriter:
-    """Each call returns once its row is committed (or spooled)."""
-
-    def __init__(self, sink: Sink) -> None:
-        self.sink = sink
-
-    def submit_run(self, run: Run) -> None:
-        self.sink.write_run(run)
-
-    def submit(self, step: Settleable) -> None:
-        row, embeddings = step.settle()
-        self.sink.write_rows([row], embeddings)
-
-    def behind(self) -> bool:
-        return False
-
-    def submit_finish(self, finish: RunFinish) -> None:
-        self.sink.write_finish(finish)
-
-    def wait_durable(self, timeout: float | None = None) -> bool:
-        return True
-
-    def close(self, timeout: float | None = None) -> None:
-        self.sink.flush_spooled()
 
 
 class SealLater:
