@@ -2,7 +2,8 @@
 
 LangChain's `RecordingEmbeddings` wraps an embeddings model that returns pre-computed
 768-dimension float64 vectors (16 texts per `embed_documents` call); the time runs from the
-first call until every row and vector is committed. Baseline: raw COPY of the same step rows
+first call until every row and vector is committed; every repeat embeds texts new to the
+recorder (its redaction memo never saw them, as with an agent's new documents). Baseline: raw COPY of the same step rows
 and pgvector rows, pre-built. Afterwards the run is replayed with `ReplayEmbeddings` and
 every vector compared bit for bit.
 """
@@ -20,7 +21,7 @@ from agentreplay_core import Store
 from benchmarks._baselines import create_raw_tables, raw_copy, step_rows, vector_rows
 from benchmarks._context import Bench
 from benchmarks._db import execute, fresh_store
-from benchmarks._payloads import text
+from benchmarks._payloads import fresh, text
 from benchmarks._report import Target
 from benchmarks._timing import interleave
 
@@ -41,11 +42,16 @@ def run(bench: Bench) -> list[Target]:
 
     report = bench.report
     calls = bench.size(40, 400)
-    texts = [[text(c * PER_CALL + k, 200) for k in range(PER_CALL)] for c in range(calls)]
+    count = calls * PER_CALL
+
+    def batches(start: int) -> list[list[str]]:
+        return [[text(start + c * PER_CALL + k, 200) for k in range(PER_CALL)]
+                for c in range(calls)]
+
+    texts = batches(0)
     vectors: list[list[list[float]]] = (
         np.random.default_rng(7).standard_normal((calls, PER_CALL, DIMS)).tolist())
-    by_first = {batch[0]: found for batch, found in zip(texts, vectors, strict=True)}
-    count = calls * PER_CALL
+    by_first: dict[str, list[list[float]]] = {}
     report.heading("embeddings: exact vectors plus their pgvector copy",
                    f"{count:,} vectors of {DIMS} float64 per repeat, {PER_CALL} per call.")
 
@@ -61,15 +67,18 @@ def run(bench: Bench) -> list[Target]:
     last: list[Any] = []
 
     def agentreplay(store: Store) -> float:
+        # texts new to the recorder in every repeat, as an agent's are (see `_payloads.fresh`)
+        recorded = batches(fresh(count))
+        by_first.update((batch[0], found) for batch, found in zip(recorded, vectors, strict=True))
         with store.record(name="embeddings") as rec:
             model = RecordingEmbeddings(Precomputed(), rec)
             t0 = time.perf_counter()
-            for batch in texts:
+            for batch in recorded:
                 model.embed_documents(batch)
             if not rec.flush(timeout=600):
                 raise RuntimeError("the writer did not get the vectors written within 600 s")
             elapsed = time.perf_counter() - t0
-        last[:] = [rec.run_id]
+        last[:] = [rec.run_id, recorded]
         return elapsed / count
 
     with fresh_store(bench.dsn, SCHEMA) as store, \
@@ -90,7 +99,7 @@ def run(bench: Bench) -> list[Target]:
         with store.replay(last[0]) as player:
             replay = ReplayEmbeddings(player=player)
             same = sum(_bits(replay.embed_documents(batch)) == _bits(found)
-                       for batch, found in zip(texts, vectors, strict=True))
+                       for batch, found in zip(last[1], vectors, strict=True))
         copies = execute(bench.dsn, sql.SQL("SELECT count(*) FROM {} WHERE run_id = %s").format(
             sql.Identifier(SCHEMA, "embeddings")), (last[0],))[0][0] if has_pgvector else 0
     report.timing("Vectors until durable", samples, baseline="raw COPY of pre-built rows",
