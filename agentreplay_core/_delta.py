@@ -36,7 +36,7 @@ from agentreplay_core._codec import canonical_bytes, unencodable_marker
 from agentreplay_core._codec_base import TAG, Json
 from agentreplay_core._errors import SerializationError
 
-__all__ = ["DELTA_TAG", "MIN_SAVED_BYTES", "DeltaEncoder", "DeltaResolver"]
+__all__ = ["DELTA_TAG", "MIN_SAVED_BYTES", "DeltaEncoder", "DeltaResolver", "delta_base"]
 
 #: tag of the stored delta form (reserved: `encode` never produces it)
 DELTA_TAG = "delta"
@@ -48,6 +48,16 @@ DELTA_TAG = "delta"
 #: conversation passes it after its first turn or two.
 MIN_SAVED_BYTES = 1024
 _KEY = b'"messages":'
+#: how every stored delta form begins: canonical JSON sorts `base` right after the tag
+_HEAD = b'{"' + TAG.encode() + b'":"' + DELTA_TAG.encode() + b'","base":'
+
+
+def delta_base(stored: bytes) -> int | None:
+    """The step a stored input form (`DeltaEncoder.stored_input`) is a delta on; None for a
+    whole input."""
+    if not stored.startswith(_HEAD):
+        return None
+    return int(stored[len(_HEAD):stored.index(b",", len(_HEAD))])
 
 
 @dataclass(slots=True)

@@ -4,7 +4,8 @@ Once a run has spooled anything, the rest of that run is spooled too (its rows t
 order, and the seal comes after the steps). A short circuit-breaker keeps a dead database
 from costing every new row the full retry time. A row the database *rejects* (bad data, not
 an outage) is neither retried nor spooled, which would only fail again at flush: the rest of
-its batch is written row by row and the rejected row is reported and counted as lost.
+its batch is written row by row and the rejected row is reported and counted as lost. A
+later step of the run that was to be stored as a delta on a lost row is stored whole.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from uuid import UUID
 
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
+from agentreplay_core._delta import delta_base
 from agentreplay_core._model import Run
 from agentreplay_core._spool import Spool
 from agentreplay_core.stores._backend import EmbeddingRow, PendingStep, RunFinish, StoreBackend
@@ -54,6 +56,9 @@ class Sink:
         self.written_steps: dict[UUID, int] = {}
         self.spooled_steps: dict[UUID, int] = {}
         self.lost_steps: dict[UUID, int] = {}
+        #: per run, the steps counted in `lost_steps`: a later step stored as a delta on one
+        #: of them would be unreadable, so it is stored whole instead
+        self._lost: dict[UUID, set[int]] = {}
         #: runs whose `runs` row the store refused, or that could be neither stored nor
         #: spooled: their steps cannot be stored either
         self._rejected_runs: set[UUID] = set()
@@ -96,6 +101,19 @@ class Sink:
         with self._lock:
             for s in steps:
                 table[s.run_id] = table.get(s.run_id, 0) + 1
+                if table is self.lost_steps:
+                    self._lost.setdefault(s.run_id, set()).add(s.step)
+
+    def _unbase_lost(self, steps: Sequence[PendingStep]) -> None:
+        """Store whole the inputs of steps that are deltas on a lost step (rare: a row the
+        database refused, or that neither it nor the spool could take)."""
+        if not self._lost:
+            return
+        for s in steps:
+            lost = self._lost.get(s.run_id)
+            if lost and s.stored_input_json is not None \
+                    and delta_base(s.stored_input_json) in lost:
+                s.stored_input_json = None
 
     def _spool(self, run_ids: set[UUID], action: Callable[[], None], what: str) -> bool:
         with self._lock:
@@ -128,6 +146,7 @@ class Sink:
         where the backend can (`StoreBackend.write_group`) unless one of the runs is being
         spooled; if that fails, or otherwise, one by one with the usual retries, spooling
         and rejection of single rows."""
+        self._unbase_lost(steps)
         run_ids = {s.run_id for s in steps}
         run_ids.update(r.run_id for r in (run, finish) if r is not None)
         together = (self.backend.atomic_groups
@@ -182,6 +201,7 @@ class Sink:
     def _write_direct(self, steps: list[PendingStep], embeddings: Sequence[EmbeddingRow],
                       *, retried: bool = False) -> list[PendingStep]:
         """Write to the backend; returns the steps that must be spooled instead."""
+        self._unbase_lost(steps)  # also a step after one refused just now, row by row
         ids = {s.run_id for s in steps}
         vectors = [e for e in embeddings if e.run_id in ids]
         attempts = [1 if retried else 0]

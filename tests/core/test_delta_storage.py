@@ -18,7 +18,7 @@ import pytest
 from psycopg import sql
 
 from agentreplay_core import SerializationError, Store, canonical_bytes, decode, encode
-from agentreplay_core._delta import DeltaEncoder, DeltaResolver
+from agentreplay_core._delta import DeltaEncoder, DeltaResolver, delta_base
 from agentreplay_core._transfer import export_run, import_run
 
 MODEL = "gpt-test"
@@ -57,6 +57,19 @@ def decide(enc: DeltaEncoder, step: int, kind: str, name: str, request: Any,
 
 
 # -- the encoder's decisions ------------------------------------------------------------
+
+
+def test_delta_base_reads_the_base_of_a_stored_form() -> None:
+    enc = DeltaEncoder()
+    (first, answer), (second, _) = conversation(2)
+    tree, second_tree = encode(first), encode(second)
+    assert enc.stored_input(7, "llm", MODEL, tree, canonical_bytes(tree),
+                            canonical_bytes(encode(answer))) is None
+    data = enc.stored_input(9, "llm", MODEL, second_tree, canonical_bytes(second_tree))
+    assert data is not None and orjson.loads(data)["base"] == 7
+    assert delta_base(data) == 7
+    assert delta_base(canonical_bytes(second_tree)) is None
+    assert delta_base(b'{"__ar__":"delta","base":12345,"prefix":1,"v":{}}') == 12345
 
 
 def test_chat_steps_sharing_a_short_system_prompt_are_stored_whole() -> None:
@@ -283,6 +296,29 @@ def test_recording_a_conversation_stores_deltas(
     assert total < logical / 10  # table + TOAST + indexes, against the inputs alone
     assert [s.input for s in pg_store.load_steps(run_id)] == requests
     assert pg_store.verify(run_id).ok
+
+
+def test_a_delta_on_a_row_the_database_refused_is_stored_whole(
+        pg_store: Store, pg_dsn: str, pg_schema: str) -> None:
+    """A refused row is lost (loudly, counted); the turn after it, which the encoder made a
+    delta on it, is stored whole instead of unreadable, and the turns after that are deltas
+    on it again."""
+    execute(pg_dsn, pg_schema,
+            "CREATE FUNCTION {s}.refuse_3() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            "IF NEW.step = 3 THEN RAISE EXCEPTION 'refused' USING ERRCODE = 'data_exception'; "
+            "END IF; RETURN NEW; END $$; CREATE TRIGGER refuse_3 BEFORE INSERT ON {s}.run_log "
+            "FOR EACH ROW EXECUTE FUNCTION {s}.refuse_3()")
+    run_id, requests = record(pg_store, 7)
+
+    steps = pg_store.load_steps(run_id)
+    assert [s.step for s in steps] == [1, 2, 4, 5, 6, 7]
+    assert [s.input for s in steps] == [requests[n - 1] for n in (1, 2, 4, 5, 6, 7)]
+    bases = dict(execute(pg_dsn, pg_schema, "SELECT step, CASE WHEN input->>'__ar__' = "
+                         "'delta' THEN (input->>'base')::int END FROM {s}.run_log "
+                         "WHERE run_id = %s", run_id))
+    assert [bases[n] for n in (2, 4, 5, 6, 7)] == [1, None, 4, 5, 6]
+    report = pg_store.verify(run_id)
+    assert [(p.step, p.code) for p in report.problems][:1] == [(3, "missing_step")]
 
 
 def test_a_tampered_base_fails_verification_of_it_and_its_deltas(
