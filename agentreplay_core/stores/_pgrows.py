@@ -37,6 +37,7 @@ __all__ = [
     "binary_vector_rows",
     "can_stream_chunks",
     "fetch_rows",
+    "fetch_steps",
     "gc_paused",
     "run_from_row",
     "step_from_row",
@@ -248,6 +249,14 @@ def stream_steps(conn: psycopg.Connection[Any], query: Any, run_id: UUID) -> lis
                 return [step_from_row(row, deltas) for row in rows]
             except _UNDECODABLE as exc:
                 raise RowUnreadable(str(exc)) from exc
+
+
+def fetch_steps(conn: psycopg.Connection[Any], query: Any, run_id: UUID) -> list[Step]:
+    """The steps of `query`'s rows (a run's, in step order), read as one result: a value the
+    driver cannot convert raises `StoreError` naming its step."""
+    rows = fetch_rows(conn.execute(query, (run_id,)), "run_log")
+    deltas = DeltaResolver()  # rows come ordered by step: bases before deltas
+    return [step_from_row(row, deltas) for row in rows]
 
 
 def fetch_rows(cur: psycopg.Cursor[Any], table: Literal["runs", "run_log"]) -> list[Any]:

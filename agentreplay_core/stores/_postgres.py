@@ -20,7 +20,7 @@ import re
 import threading
 import time
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager, suppress
 from datetime import datetime
 from types import TracebackType
@@ -30,7 +30,6 @@ import psycopg
 from psycopg import sql
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
-from agentreplay_core._delta import DeltaResolver
 from agentreplay_core._errors import RunNotFound, StoreError
 from agentreplay_core._model import EmbeddingMatch, Run, RunStatus, Step
 from agentreplay_core.stores import _sql
@@ -56,9 +55,9 @@ from agentreplay_core.stores._pgrows import (
     RowUnreadable,
     can_stream_chunks,
     fetch_rows,
+    fetch_steps,
     gc_paused,
     run_from_row,
-    step_from_row,
     stream_steps,
     vector_text,
 )
@@ -402,27 +401,26 @@ class PostgresBackend(PostgresWrites):
         disk) and, where the driver can, streamed in chunks, parsed while the server sends the
         next ones.
         """
-        action = f"load the steps of run {run_id}"
-        query = _sql.load_steps(self.schema)
         with gc_paused():
-            steps = None
-            if can_stream_chunks():
-                with suppress(RowUnreadable), self._unlimited(action) as conn:
-                    conn.execute(_sql.read_in_index_order())
-                    steps = stream_steps(conn, query, run_id)
-                    exists = steps or conn.execute(_sql.select_run(self.schema),
-                                                    (run_id,)).fetchone()
-            if steps is None:  # the whole result at once, which names an unreadable row
-                with self._unlimited(action) as conn:
-                    conn.execute(_sql.read_in_index_order())
-                    rows = fetch_rows(conn.execute(query, (run_id,)), "run_log")
-                    exists = rows or conn.execute(_sql.select_run(self.schema),
-                                                  (run_id,)).fetchone()
-                deltas = DeltaResolver()  # rows come ordered by step: bases before deltas
-                steps = [step_from_row(row, deltas) for row in rows]
-            if not exists:  # no rows: an empty run, or no such run at all
-                raise RunNotFound(run_id)
-            return steps
+            try:
+                steps, exists = self._read_steps(
+                    run_id, stream_steps if can_stream_chunks() else fetch_steps)
+            except RowUnreadable:  # the whole result at once names the row
+                steps, exists = self._read_steps(run_id, fetch_steps)
+        if not exists:  # no rows: an empty run, or no such run at all
+            raise RunNotFound(run_id)
+        return steps
+
+    def _read_steps(self, run_id: UUID,
+                    read: Callable[[Conn, sql.Composed, UUID], list[Step]]
+                    ) -> tuple[list[Step], bool]:
+        """A run's steps read in key order by `read`, and whether the run exists."""
+        with self._unlimited(f"load the steps of run {run_id}") as conn:
+            conn.execute(_sql.read_in_index_order())
+            steps = read(conn, _sql.load_steps(self.schema), run_id)
+            exists = bool(steps) or conn.execute(_sql.select_run(self.schema),
+                                                 (run_id,)).fetchone() is not None
+        return steps, exists
 
     def search_embeddings(self, vector: Sequence[float], limit: int = 10) -> list[EmbeddingMatch]:
         if self._vector_schema is None:
