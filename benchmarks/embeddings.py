@@ -3,9 +3,9 @@
 LangChain's `RecordingEmbeddings` wraps an embeddings model that returns pre-computed
 768-dimension float64 vectors (16 texts per `embed_documents` call); the time runs from the
 first call until every row and vector is committed; every repeat embeds texts new to the
-recorder (its redaction memo never saw them, as with an agent's new documents). Baseline: raw COPY of the same step rows
-and pgvector rows, pre-built. Afterwards the run is replayed with `ReplayEmbeddings` and
-every vector compared bit for bit.
+recorder (its redaction memo never saw them, as with an agent's new documents). Baseline: raw
+COPY of the same step rows and pgvector rows, pre-built. Afterwards the run is replayed with
+`ReplayEmbeddings` and every vector compared bit for bit.
 """
 
 from __future__ import annotations
