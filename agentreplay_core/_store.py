@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -37,6 +36,7 @@ from agentreplay_core._player import Player, check_match_mode
 from agentreplay_core._prepare_client import PREPARE_ENV, check_prepare
 from agentreplay_core._recorder import Recorder
 from agentreplay_core._redact import Redactor
+from agentreplay_core._run_lookup import as_run_id, close_ids, reap, resolve_run_id
 from agentreplay_core._sink import Sink
 from agentreplay_core._spool import Spool
 from agentreplay_core._writer import BatchedWriter, Writer
@@ -47,32 +47,9 @@ log = logging.getLogger("agentreplay")
 
 OnDivergence = Literal["raise", "live"]
 _UNSET: Any = object()
-#: what a run id prefix may hold once dashes are dropped: 1 to 32 hex digits
-_HEX_PREFIX = re.compile(r"^[0-9a-f]{1,32}$")
 #: longest run name: a btree index entry holds at most ~2,700 bytes (500 4-byte characters
 #: fit, with the rest of the entry); longer names would be refused by PostgreSQL
 MAX_RUN_NAME = 500
-
-
-def _pid_alive(pid: int) -> bool:
-    if not 0 < pid < 2**31:  # a tampered or foreign value: not a process of this host
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # EPERM: alive, owned by someone else
-        return True
-    return True
-
-
-def as_run_id(run_id: UUID | str) -> UUID:
-    if isinstance(run_id, UUID):
-        return run_id
-    try:
-        return UUID(str(run_id))
-    except ValueError:
-        raise RunNotFound(run_id, "run ids are UUIDs") from None
 
 
 def meta_entropy(run: Run) -> bool:
@@ -244,86 +221,20 @@ class Store:
         try:
             run = self.backend.get_run(rid)
         except RunNotFound as exc:
-            close = self._close_ids(str(rid))
+            close = close_ids(self.backend, str(rid))
             if rid in close:  # written by the batched writer just now: read it again
-                return self._reap(self.backend.get_run(rid))
+                return reap(self.backend, self.backend.get_run(rid))
             hint = ("did you mean " + ", ".join(str(c) for c in close) + "?") if close else (
                 "a run still being recorded with durability=\"batched\" is written in the "
                 "background: leave its record block, or call rec.flush(), before reading it")
             raise RunNotFound(rid, hint) from exc.__cause__
-        return self._reap(run)
+        return reap(self.backend, run)
 
     def resolve_run_id(self, run_id: UUID | str) -> UUID:
         """The id `run_id` names: a full id as is, or the one run id starting with these hex
         digits (dashes optional), like git's short hashes. Raises `RunNotFound` for a prefix
         of no run (naming the closest ids) or of several runs (naming them)."""
-        if isinstance(run_id, UUID):
-            return run_id
-        text = str(run_id).strip()
-        with contextlib.suppress(ValueError):
-            return UUID(text)
-        digits = text.lower().replace("-", "")
-        finder = getattr(self.backend, "run_ids_like", None)
-        if finder is None or not _HEX_PREFIX.match(digits):
-            raise RunNotFound(text, "run ids are UUIDs, or a unique prefix of one "
-                                    "(as `agentreplay runs` lists them)")
-        found: list[UUID] = list(finder(digits, 6))
-        if len(found) == 1:
-            return found[0]
-        if found:
-            more = ", ..." if len(found) > 5 else ""
-            raise RunNotFound(text, f"it starts {'more than 5' if more else len(found)} run ids "
-                                    f"({', '.join(map(str, found[:5]))}{more}); type more of it")
-        close = self._close_ids(digits)
-        raise RunNotFound(text, ("did you mean " + ", ".join(map(str, close)) + "?") if close
-                          else "no run id starts with it (`agentreplay runs` lists them)")
-
-    def _close_ids(self, text: str, limit: int = 3) -> list[UUID]:
-        """The run ids sharing the longest prefix (4 hex digits at least) with `text`."""
-        finder = getattr(self.backend, "run_ids_like", None)
-        digits = text.lower().replace("-", "")
-        if finder is None or len(digits) < 4 or not _HEX_PREFIX.match(digits):
-            return []
-        # Ids sharing a prefix share every shorter one: binary search for the longest shared.
-        best: list[UUID] = []
-        low, high = 3, len(digits)  # a prefix of `low` digits matches (3: not worth offering)
-        while low < high:
-            middle = (low + high + 1) // 2
-            found = list(finder(digits[:middle], limit))
-            if found:
-                low, best = middle, found
-            else:
-                high = middle - 1
-        return best
-
-    def _reap(self, run: Run) -> Run:
-        if run.status != RunStatus.RECORDING:
-            return run
-        own = run.metadata.get("agentreplay")
-        pid = own.get("pid") if isinstance(own, dict) else None
-        host = own.get("host") if isinstance(own, dict) else None
-        if host == socket.gethostname() and isinstance(pid, int) and not _pid_alive(pid):
-            if self._mark_incomplete(run.run_id):
-                run.status = RunStatus.INCOMPLETE
-            else:  # sealed meanwhile (a spool flush): read what it is now
-                run = self.backend.get_run(run.run_id)
-        return run
-
-    def _mark_incomplete(self, run_id: UUID) -> bool:
-        """Store that a run's recorder died; False if it was sealed meanwhile. A role that may
-        only read (SECURITY.md) cannot store it: the run is reported incomplete all the same,
-        and the next read by a store that may write stores it."""
-        why: object = "this store's role may only read"
-        if not getattr(self.backend, "read_only", False):
-            try:
-                return self.backend.mark_incomplete(run_id)
-            except RunNotFound:
-                raise
-            except StoreError as exc:  # privileges revoked since open, or the server went away
-                why = exc
-        log.debug("agentreplay: run %s lost its recording process; reporting it incomplete "
-                  "without storing that: %s", run_id, why)
-        return True
+        return resolve_run_id(self.backend, run_id)
 
     def list_runs(self, *, name: str | None = None, status: RunStatus | str | None = None,
                   since: datetime | None = None, limit: int | None = 100,
@@ -338,11 +249,11 @@ class Store:
                                  if v is not None}
         if wanted in (RunStatus.RECORDING, RunStatus.INCOMPLETE):
             # reaping turns dead `recording` runs into `incomplete`: filter after it
-            runs = [self._reap(r) for r in self.backend.list_runs(name=name, since=since,
+            runs = [reap(self.backend, r) for r in self.backend.list_runs(name=name, since=since,
                                                                   **extra)]
             runs = [r for r in runs if r.status == wanted]
             return runs[:limit] if limit is not None else runs
-        return [self._reap(r) for r in self.backend.list_runs(
+        return [reap(self.backend, r) for r in self.backend.list_runs(
             name=name, status=wanted, since=since, limit=limit, **extra)]
 
     def load_steps(self, run_id: UUID | str) -> list[Step]:
