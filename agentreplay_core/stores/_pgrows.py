@@ -239,14 +239,13 @@ def stream_steps(conn: psycopg.Connection[Any], query: Any, run_id: UUID) -> lis
 
     Raises `RowUnreadable` for a value the driver cannot convert.
     """
-    deltas = DeltaResolver()  # rows come ordered by step: bases before deltas
     with conn.cursor() as cur:
         # a generator: closing it on a failure cancels what the server still sends
         rows = cast("Generator[Any, None, None]",
                     cur.stream(query, (run_id,), size=STREAM_CHUNK))
         with contextlib.closing(rows):
             try:
-                return [step_from_row(row, deltas) for row in rows]
+                return _steps(rows)
             except _UNDECODABLE as exc:
                 raise RowUnreadable(str(exc)) from exc
 
@@ -254,8 +253,12 @@ def stream_steps(conn: psycopg.Connection[Any], query: Any, run_id: UUID) -> lis
 def fetch_steps(conn: psycopg.Connection[Any], query: Any, run_id: UUID) -> list[Step]:
     """The steps of `query`'s rows (a run's, in step order), read as one result: a value the
     driver cannot convert raises `StoreError` naming its step."""
-    rows = fetch_rows(conn.execute(query, (run_id,)), "run_log")
-    deltas = DeltaResolver()  # rows come ordered by step: bases before deltas
+    return _steps(fetch_rows(conn.execute(query, (run_id,)), "run_log"))
+
+
+def _steps(rows: Iterable[Any]) -> list[Step]:
+    """The steps of a run's rows, which come in step order: bases before their deltas."""
+    deltas = DeltaResolver()
     return [step_from_row(row, deltas) for row in rows]
 
 
