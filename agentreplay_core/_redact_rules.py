@@ -37,7 +37,9 @@ class RedactionRule:
         keywords: ... and in which one of these words (any case) ends right before a `:` or
             `=`, after an optional quote and spaces: the context of `password: ...`.
         screen: ... and matching this regex (one search shared by the rules naming the same
-            screen). Without keywords, the pattern itself is searched last.
+            screen). Without keywords, the pattern itself is searched last. Without
+            Hyperscan, the needles of a rule with a screen are not searched for one by one:
+            only their rare characters, and then the screen.
         min_run: every match holds this many consecutive token characters (letters, digits,
             `_-.~+/=`): API keys and tokens do, prose mostly does not.
         min_length: shortest text the pattern can match; shorter strings are not scanned.
@@ -119,8 +121,12 @@ DEFAULT_FIELDS = (
 #: prose)
 _BEARER_TOKEN = r"\s+(?P<secret>(?=[A-Za-z._~+/-]*[0-9])[A-Za-z0-9._~+/-]{16,}=*)"
 _OPENAI = rf"sk-(?<!{_TOKEN}sk-){_TOKEN}{{20,}}"
-#: the prefixed tokens with an underscore, screened together by one cheap search
+#: the prefixed tokens with an underscore: one search in Python for the needles of four rules
+#: (Hyperscan looks for the needles themselves, all at once: see `_redact_scan`)
 _UNDERSCORE = r"_(?:(?<=gh[pousr]_)|(?<=github_pat_)|(?<=hf_)|(?<=k_live_)|(?<=k_test_))"
+
+#: a password in a URL (`scheme://user:password@host`)
+URL_PASSWORD = r"://[^\s:/@\"'<>]+:(?P<secret>[^\s/@\"'<>]+)@"
 
 # Every pattern below starts with a literal (the boundary check comes after it), so `re` can
 # search for it quickly; the needle's rarest character is looked for before that.
@@ -139,16 +145,17 @@ DEFAULT_RULES: tuple[RedactionRule, ...] = (
     RedactionRule("google", pattern=rf"AIza(?<!{_TOKEN}AIza){_TOKEN}{{35}}(?!{_TOKEN})",
                   needles=("AIza",), min_run=39, min_length=39),
     RedactionRule("github", pattern=r"gh(?<![A-Za-z0-9_]gh)[pousr]_[A-Za-z0-9]{36,}",
-                  needles=("_",), screen=_UNDERSCORE, min_run=40, min_length=40),
+                  needles=("ghp_", "gho_", "ghu_", "ghs_", "ghr_"), screen=_UNDERSCORE,
+                  min_run=40, min_length=40),
     RedactionRule("github", pattern=(
         r"github_pat_(?<![A-Za-z0-9_]github_pat_)[A-Za-z0-9_]{22,}"),
-        needles=("_",), screen=_UNDERSCORE, min_run=33, min_length=33),
+        needles=("github_pat_",), screen=_UNDERSCORE, min_run=33, min_length=33),
     RedactionRule("slack", pattern=r"xox(?<![A-Za-z0-9]xox)[abposre]-[A-Za-z0-9-]{10,}",
                   needles=("xox",), min_run=15, min_length=15),
     RedactionRule("stripe", pattern=r"(?<![A-Za-z0-9])[rs]k_(?:live|test)_[A-Za-z0-9]{16,}",
-                  needles=("_",), screen=_UNDERSCORE, min_run=24, min_length=24),
+                  needles=("k_live_", "k_test_"), screen=_UNDERSCORE, min_run=24, min_length=24),
     RedactionRule("huggingface", pattern=r"hf_(?<![A-Za-z0-9]hf_)[A-Za-z0-9]{30,}",
-                  needles=("_",), screen=_UNDERSCORE, min_run=33, min_length=33),
+                  needles=("hf_",), screen=_UNDERSCORE, min_run=33, min_length=33),
     RedactionRule("jwt", pattern=(
         r"eyJ(?<![A-Za-z0-9_-]eyJ)[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
         needles=("eyJ",), min_run=32, min_length=32),
@@ -156,8 +163,8 @@ DEFAULT_RULES: tuple[RedactionRule, ...] = (
                   needles=("earer",), min_run=16, min_length=23),
     RedactionRule("bearer", pattern=rf"BEARER(?<![A-Za-z]BEARER){_BEARER_TOKEN}",
                   needles=("BEARER",), min_run=16, min_length=23),
-    RedactionRule("url_password", pattern=r"://[^\s:/@\"'<>]+:(?P<secret>[^\s/@\"'<>]+)@",
-                  needles=("@",), min_length=7),
+    RedactionRule("url_password", pattern=URL_PASSWORD,
+                  needles=("://",), min_length=7),
     RedactionRule("assignment", pattern=(
         rf"(?<!<)(?i:{_SECRET_WORDS})[\"']?\s*[:=]\s*[\"']?"
         rf"(?:(?i:basic|bearer|token|digest)\s+)?(?!(?i:basic|bearer|token|digest)\s)"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from agentreplay_core._redact_fast import UNDECIDED, fast_screen
 from agentreplay_core._redact_rules import PLACEHOLDER, RedactionRule
 
 #: characters from commonest to rarest in prose and JSON-ish text (a rough ranking; any other
@@ -48,10 +49,18 @@ def _keyword_screens(keywords: Sequence[str]) -> tuple[tuple[str, re.Pattern[str
     return tuple((sep, re.compile(rf"{re.escape(sep)}\s*[\"']?(?:{words})")) for sep in ":=")
 
 
+#: how a rule that passed its needles is checked: its screen and pattern; its keyword screens
+#: (in Python); or not at all, as Hyperscan found its keywords
+_PATTERN, _KEYWORDS, _KEYWORD_FOUND = range(3)
+_Survivor = tuple[RedactionRule, int, tuple[tuple[str, re.Pattern[str]], ...]]
+
+
 class Scanner:
     """The pattern rules of a redactor, prepared for screening and scanning."""
 
-    def __init__(self, rules: Sequence[RedactionRule]) -> None:
+    def __init__(self, rules: Sequence[RedactionRule], fast: bool = True) -> None:
+        """`fast`: screen with Hyperscan where it is installed (`_redact_fast`); a scanner
+        made for one text's candidate rules skips its ~15 ms compilation."""
         self.rules = tuple(rules)
         self.min_length = min((r.min_length for r in self.rules), default=1 << 62)
         self._plans = [(rule, frozenset(rule.needles), _keyword_screens(rule.keywords))
@@ -60,40 +69,91 @@ class Scanner:
         #: the shortest `min_run` of the rules that have one: text without such a run skips them
         self._min_run = min((r.min_run for r in self.rules if r.min_run), default=0)
         # every needle once, with its guard characters; a needle that is one rare character is
-        # its own guard and needs no search of its own
+        # its own guard and needs no search of its own, nor does one whose rules all have a
+        # screen: one search of the screen costs less than one per needle
         needles = {n: _guards(n) for r in self.rules for n in r.needles}
         self._guard_chars = "".join(sorted({c for g in needles.values() for c in g}))
-        self._needles = tuple((n, frozenset(g), n == g) for n, g in needles.items())
+        unscreened = {n for r in self.rules if r.screen_regex is None for n in r.needles}
+        self._needles = tuple((n, frozenset(g), n == g or n not in unscreened)
+                              for n, g in needles.items())
+        # a needle of one character is a memchr: cheaper than a match Hyperscan reports
+        self._single = tuple(n for n in needles if len(n) == 1)
+        self._fast = fast_screen(
+            tuple(n for n in needles if len(n) > 1),
+            tuple((i, rule.keywords) for i, (rule, _, screens) in enumerate(self._plans)
+                  if screens)) if fast else None
+        #: the rules left by the needles and keywords Hyperscan found, by what it found
+        self._fast_survivors: dict[tuple[frozenset[int], frozenset[str]], list[_Survivor]] = {}
 
     def candidates(self, text: str) -> list[RedactionRule]:
         """The rules that can match somewhere in `text` (a rule without keywords: that does
         match, as its pattern is the last check)."""
-        absent = {c for c in self._guard_chars if c not in text}  # memchr each, near free
-        present = {n for n, guards, own_guard in self._needles
-                   if absent.isdisjoint(guards) and (own_guard or n in text)}
-        runs = None
+        hits = self._fast.scan(text) if self._fast is not None else None
+        if hits is None:
+            survivors = self._survivors_in_python(text)
+        else:
+            singles = frozenset(n for n in self._single if n in text)
+            known = self._fast_survivors.get((hits, singles))
+            survivors = self._survivors_of_hits(hits, singles) if known is None else known
         found = []
         seen: dict[str, bool] = {}
         backwards: str | None = None
-        for rule, needles, keyword_screens in self._plans:
-            if needles and needles.isdisjoint(present):
+        runs = None
+        for rule, how, keyword_screens in survivors:
+            if how == _PATTERN and rule.screen_regex is not None and \
+                    not _matches(rule.screen_regex, text, seen):
                 continue
             if rule.min_run:
                 if runs is None:
                     runs = has_run(text, self._min_run)
                 if not runs:
                     continue
-            if keyword_screens:
+            if how == _PATTERN:
+                if _matches(rule.regex, text, seen):
+                    found.append(rule)
+            elif how == _KEYWORD_FOUND:
+                found.append(rule)
+            else:
                 if backwards is None:
                     backwards = text.lower()[::-1]
                 if any(sep in text and _matches(screen, backwards, seen)
                        for sep, screen in keyword_screens):
                     found.append(rule)
-                continue
-            if (rule.screen_regex is None or _matches(rule.screen_regex, text, seen)) \
-                    and _matches(rule.regex, text, seen):
-                found.append(rule)
         return found
+
+    def _survivors_in_python(self, text: str) -> list[_Survivor]:
+        """The rules whose needles `text` holds, found with substring searches."""
+        absent = {c for c in self._guard_chars if c not in text}  # memchr each, near free
+        present = {n for n, guards, guards_suffice in self._needles
+                   if absent.isdisjoint(guards) and (guards_suffice or n in text)}
+        return [(rule, _KEYWORDS if screens else _PATTERN, screens)
+                for rule, needles, screens in self._plans
+                if not needles or not needles.isdisjoint(present)]
+
+    def _survivors_of_hits(self, hits: frozenset[int], singles: frozenset[str]
+                           ) -> list[_Survivor]:
+        """The rules whose needles (and keywords, where Hyperscan decided them) were found,
+        remembered: most texts give one of a few answers."""
+        assert self._fast is not None
+        present = singles | {self._fast.needles[i] for i in hits
+                             if 0 <= i < len(self._fast.needles)}
+        decided = self._fast.keyword_rules if UNDECIDED not in hits else frozenset()
+        keywords_found = {self._fast.keyword_ids[i] for i in hits
+                          if i in self._fast.keyword_ids}
+        survivors = []
+        for index, (rule, needles, screens) in enumerate(self._plans):
+            if needles and needles.isdisjoint(present):
+                continue
+            if not screens:
+                survivors.append((rule, _PATTERN, screens))
+            elif index not in decided:
+                survivors.append((rule, _KEYWORDS, screens))
+            elif index in keywords_found:
+                survivors.append((rule, _KEYWORD_FOUND, screens))
+        if len(self._fast_survivors) > 1_000:
+            self._fast_survivors.clear()
+        self._fast_survivors[(hits, singles)] = survivors
+        return survivors
 
     def find(self, s: str) -> list[tuple[int, int, str]]:
         """(start, end, rule name) of each secret in `s`, without overlaps (the rule listed

@@ -49,7 +49,9 @@ def _redaction_key(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 RULE_OF = {"openai": "openai", "anthropic": "anthropic", "aws_access_key": "aws",
-           "google": "google", "github": "github", "slack": "slack", "bearer": "bearer",
+           "google": "google", "github": "github", "github_oauth": "github",
+           "github_pat": "github", "stripe": "stripe", "huggingface": "huggingface",
+           "jwt": "jwt", "slack": "slack", "bearer": "bearer",
            "pem": "private_key", "password": "assignment", "url_password": "url_password"}
 
 

@@ -1,0 +1,141 @@
+"""The secret screen's substring questions about a text, answered in one pass of Hyperscan.
+
+The screen in `_redact_scan` asks of each new text which needles it holds and whether a
+keyword rule's context (`password:`) occurs. In Python each needle costs a substring search of
+about a nanosecond per character: some 15 us for the 3 KB of a chat step and the default
+rules, the largest share of recording new text. Hyperscan, a SIMD multi-pattern matcher,
+answers them together in one pass of a few microseconds. (A run of token characters, which
+Hyperscan finds no faster than `has_run`, is left to Python, and asked only of the texts that
+pass a rule's other screens.)
+
+Its answers must be exactly Python's, so it scans the text's UTF-8 bytes (lone surrogates
+passed through) only for questions whose answer is the same on those bytes:
+
+- a literal needle occurs in the text if and only if its UTF-8 occurs in the text's UTF-8;
+- a keyword screen searches `text.lower()`: matching the ASCII keywords caselessly is the same
+  as long as no other character lower-cases to ASCII. Two do (U+0130, U+212A: a test checks
+  every code point), so a text holding them leaves the keyword screens to Python. Python's
+  `\\s` is spelled out as the UTF-8 of every character it counts as whitespace, and a rule
+  with a keyword that is not ASCII stays with Python.
+
+Without Hyperscan (no wheel for the platform, or a CPU it cannot run on) `Scanner` screens in
+Python alone; a scan that fails does the same for that text.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+
+def _hyperscan() -> Any:
+    """The `hyperscan` module, or None where it is not installed (no wheel for the
+    platform): the Python screen then."""
+    try:
+        return importlib.import_module("hyperscan")
+    except ImportError:  # pragma: no cover - the test environments install it
+        return None
+
+
+hyperscan = _hyperscan()
+
+#: the characters other than ASCII ones whose lower-case form holds ASCII (İ, the Kelvin sign)
+LOWER_TO_ASCII = ("\u0130", "\u212a")
+#: in the ids a scan returns: the keyword rules were not decided (the text lower-cases to
+#: more ASCII than it holds)
+UNDECIDED = -1
+#: no code point above this is whitespace to Python (a test checks every one)
+LAST_SPACE = 0x3000
+
+
+def hex_pattern(data: bytes) -> bytes:
+    """`data` as a Hyperscan pattern matching exactly those bytes (no escaping to get wrong)."""
+    return b"".join(b"\\x%02x" % byte for byte in data)
+
+
+def _utf8(text: str) -> bytes:
+    return text.encode("utf-8", "surrogatepass")
+
+
+@functools.cache
+def whitespace() -> tuple[str, ...]:
+    """The characters Python's `\\s` matches in a str."""
+    return tuple(chr(c) for c in range(LAST_SPACE + 1) if chr(c).isspace())
+
+
+def alternatives(forms: Iterable[bytes]) -> bytes:
+    """A Hyperscan pattern matching any one of `forms` (byte strings)."""
+    return b"(?:" + b"|".join(hex_pattern(f) for f in forms) + b")"
+
+
+class FastScreen:
+    """A compiled Hyperscan database for one set of needles and keyword rules."""
+
+    def __init__(self, database: Any, needles: Sequence[str],
+                 keyword_rules: Sequence[int]) -> None:
+        self._database = database
+        #: what each match id stands for: a needle, or the index of a keyword rule
+        self.needles = tuple(needles)
+        self.keyword_ids = {len(self.needles) + k: rule for k, rule in enumerate(keyword_rules)}
+        #: the keyword rules this screen decides (the others have a keyword that is not ASCII)
+        self.keyword_rules = frozenset(keyword_rules)
+        # scratch space may serve one scan at a time, and a scan releases the GIL
+        self._local = threading.local()
+
+    def scan(self, text: str) -> frozenset[int] | None:
+        """The ids of the needles and keyword rules found in `text` (`UNDECIDED` instead of
+        the keyword rules if `text` lower-cases to more ASCII than it holds), or None if
+        Hyperscan failed: screen it in Python then."""
+        hits: set[int] = set()
+        record: Callable[..., None] = lambda match_id, *_: hits.add(match_id)  # noqa: E731
+        try:
+            scratch = getattr(self._local, "scratch", None)
+            if scratch is None:
+                scratch = self._local.scratch = self._database.scratch.clone()
+            self._database.scan(_utf8(text), match_event_handler=record, scratch=scratch)
+        except Exception:  # the Python screen gives the same answer
+            return None
+        if any(c in text for c in LOWER_TO_ASCII):
+            return frozenset([UNDECIDED, *(i for i in hits if i < len(self.needles))])
+        return frozenset(hits)
+
+
+def keyword_pattern(keywords: Sequence[str]) -> bytes | None:
+    """The forward form of `_redact_scan._keyword_screens`: a keyword, an optional quote,
+    whitespace, then `:` or `=` (None if a keyword is not ASCII: caseless matching of
+    bytes folds ASCII letters only)."""
+    if not keywords or not all(k.isascii() for k in keywords):
+        return None
+    return (alternatives(k.encode() for k in sorted(set(keywords)))
+            + alternatives([b'"', b"'"]) + b"?"
+            + alternatives(_utf8(c) for c in whitespace()) + b"*" + alternatives([b":", b"="]))
+
+
+@functools.lru_cache(maxsize=16)
+def fast_screen(needles: tuple[str, ...],
+                keywords: tuple[tuple[int, tuple[str, ...]], ...]) -> FastScreen | None:
+    """A screen for these needles and keyword rules (rule index, keywords), or None without
+    Hyperscan. Compiling takes ~15 ms, so redactors with the same rules share a screen."""
+    if hyperscan is None:
+        return None
+    expressions = [hex_pattern(_utf8(n)) for n in needles]
+    flags = [hyperscan.HS_FLAG_SINGLEMATCH] * len(expressions)
+    decided = []
+    for rule, words in keywords:
+        pattern = keyword_pattern(words)
+        if pattern is not None:
+            expressions.append(pattern)
+            flags.append(hyperscan.HS_FLAG_SINGLEMATCH | hyperscan.HS_FLAG_CASELESS)
+            decided.append(rule)
+    if not expressions:
+        return None
+    try:
+        database = hyperscan.Database()
+        database.compile(expressions=expressions, ids=list(range(len(expressions))),
+                         flags=flags)
+    except Exception:  # e.g. a CPU without the instructions it needs
+        return None
+    return FastScreen(database, needles, decided)
