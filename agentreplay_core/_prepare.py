@@ -16,6 +16,10 @@ from agentreplay_core._errors import SerializationError
 from agentreplay_core._keys import match_key_of_canonical
 from agentreplay_core._redact import Redactor
 
+#: the largest step (bytes of canonical JSON) screened for secrets from its JSON; a larger one
+#: is mostly history the redactor has screened before, which its walk skips (`_redact_json`)
+_SCAN_LIMIT = 16_384
+
 
 class Prepared(NamedTuple):
     """A step's stored values, ready to be chained."""
@@ -53,10 +57,15 @@ def prepare_step(redactor: Redactor | None, deltas: DeltaEncoder, limit: int, nu
     Raises whatever redaction or encoding raises; the delta encoder then has not taken the
     step as a base.
     """
-    if redactor is not None:
-        (encoded_in, encoded_out), _ = redactor.redact_trees((encoded_in, encoded_out))
     input_json = canonical_bytes(encoded_in)
     output_json = canonical_bytes(encoded_out)
+    if redactor is not None and (len(input_json) + len(output_json) > _SCAN_LIMIT
+                                 or redactor.may_hold_secrets(input_json, output_json)):
+        (encoded_in, encoded_out), changed = redactor.redact_trees((encoded_in, encoded_out))
+        if changed[0]:
+            input_json = canonical_bytes(encoded_in)
+        if changed[1]:
+            output_json = canonical_bytes(encoded_out)
     key = match_key
     if caller_key and key and redactor is not None and b"<secret:" in input_json:
         # a key the caller computed over a request that holds secrets: keyed, as a plain hash

@@ -29,10 +29,11 @@ import re
 import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from agentreplay_core._codec import decode, encode
 from agentreplay_core._codec_base import Json
+from agentreplay_core._redact_json import JsonScreen, json_screen
 from agentreplay_core._redact_key import resolve_key
 from agentreplay_core._redact_rules import DEFAULT_RULES, PLACEHOLDER, RedactionRule, field_rule
 from agentreplay_core._redact_scan import Scanner
@@ -105,6 +106,7 @@ class Redactor:
         self.rules: tuple[RedactionRule, ...] = tuple(chosen)
         self._fields = [r for r in self.rules if r.is_field_rule]
         self._scanner = Scanner([r for r in self.rules if not r.is_field_rule])
+        self._json_screen: JsonScreen | Literal[False] | None = False  # False: not built yet
         self._explicit_key = key.encode() if isinstance(key, str) else key
         self._fallback_key: bytes | None = None
         self._key_file = Path(key_file) if key_file is not None else None
@@ -208,6 +210,15 @@ class Redactor:
         """`text` with the secrets found by the pattern rules replaced."""
         return self._text(text, self._scanner)
 
+    def may_hold_secrets(self, *canonical: bytes) -> bool:
+        """False only if redacting the trees whose canonical JSON is `canonical` would change
+        nothing: one Hyperscan pass over the bytes instead of walking the trees (see
+        `_redact_json`). True where it cannot tell: then `redact_trees` decides."""
+        screen = self._json_screen
+        if screen is False:
+            screen = self._json_screen = json_screen(self.rules)
+        return screen is None or screen.may_hold_secrets(canonical)
+
     def redact_encoded(self, tree: Json) -> tuple[Json, bool]:
         """An encoded tree (as `encode` returns it) redacted, and whether anything changed."""
         (out,), changed = self.redact_trees([tree])
@@ -235,7 +246,7 @@ class Redactor:
             if not candidates:
                 self._remember(texts, None)
                 return list(trees), [False] * len(trees)
-            scanner = Scanner(candidates)
+            scanner = Scanner(candidates, fast=False)
             # a keyword rule's candidates are often prose ("key: ..."): look closer first
             if all(self._text(t, scanner) is t for t in texts):
                 return list(trees), [False] * len(trees)

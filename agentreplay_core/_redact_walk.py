@@ -18,7 +18,7 @@ from typing import Any
 from agentreplay_core._codec_base import TAG, Json
 
 #: tags whose payload holds no text (numbers, dates, class references, raw vectors)
-_OPAQUE = frozenset({"float", "int", "floats", "datetime", "date", "time", "timedelta",
+OPAQUE_TAGS = frozenset({"float", "int", "floats", "datetime", "date", "time", "timedelta",
                      "decimal", "uuid", "complex", "enum", "npscalar"})
 _BYTES = frozenset({"bytes", "bytearray"})
 #: tags whose data sits under "v" (a list, dict or tagged value) next to structural fields
@@ -95,7 +95,7 @@ class TreeTransform:
 
     def _tagged(self, d: dict[str, Json], secret: str | None) -> Json:
         tag = d[TAG]
-        if tag in _OPAQUE:
+        if tag in OPAQUE_TAGS:
             return d
         if tag == "str":  # text with NUL or lone surrogates: runs of text between code points
             if secret:
@@ -152,7 +152,7 @@ class TreeTransform:
 
 #: tags whose data `collect_texts` can reach without decoding anything
 _PLAIN_DATA = ("v", "extra", "items")
-_PLAIN_TAGS = frozenset({"tuple", "set", "frozenset", "ext", "pydantic", "dataclass",
+PLAIN_TAGS = frozenset({"tuple", "set", "frozenset", "ext", "pydantic", "dataclass",
                          "namedtuple", "ndarray"})
 
 
@@ -178,9 +178,9 @@ def collect_texts(tree: Json, min_length: int, known: set[str], keys: dict[str, 
         if t is dict:
             if TAG in node:
                 tag = node[TAG]
-                if tag in _OPAQUE:
+                if tag in OPAQUE_TAGS:
                     continue
-                if tag not in _PLAIN_TAGS:
+                if tag not in PLAIN_TAGS:
                     return None
                 for k in _PLAIN_DATA:
                     if k in node:

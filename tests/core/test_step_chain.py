@@ -13,19 +13,26 @@ from agentreplay_core._codec import Json
 
 
 class _NotingRedactor(Redactor):
-    """A real redactor that also notes which thread redacted each step."""
+    """A real redactor that also notes which thread screened each step for secrets (every
+    step of a few KB is, from its canonical JSON, before any walk of its trees)."""
 
     def __init__(self) -> None:
         super().__init__(key=b"k" * 32)
         self.threads: list[str] = []
 
-    def redact_trees(self, trees: Sequence[Json]) -> tuple[list[Json], list[bool]]:
+    def may_hold_secrets(self, *canonical: bytes) -> bool:
         self.threads.append(threading.current_thread().name)
-        return super().redact_trees(trees)
+        return super().may_hold_secrets(*canonical)
 
 
 class _FailingOnce(Redactor):
-    """Fails on the step whose input holds "boom" (a bug in preparing one step)."""
+    """Fails on the step whose input holds "boom" (a bug in preparing one step), in the
+    screen of its JSON or in the walk of its trees, whichever comes first."""
+
+    def may_hold_secrets(self, *canonical: bytes) -> bool:
+        if b"boom" in canonical[0]:
+            raise RuntimeError("redaction bug")
+        return super().may_hold_secrets(*canonical)
 
     def redact_trees(self, trees: Sequence[Json]) -> tuple[list[Json], list[bool]]:
         if "boom" in str(trees[0]):

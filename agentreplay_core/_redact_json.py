@@ -1,0 +1,155 @@
+"""Whether a step can hold a secret, answered from its canonical JSON in one Hyperscan pass.
+
+Redaction walks a step's encoded trees, gathers their new text and screens it
+(`Redactor.redact_trees`): about 30 us for a 3 KB chat step, most of it Python walking the
+trees. The recorder makes the step's canonical JSON anyway, and most steps hold no secret.
+One scan of those bytes that finds nothing any rule needs proves that redaction would change
+nothing, and the walk is skipped.
+
+The scan must answer "maybe" whenever the walk could change something. JSON escapes a string
+character by character, so whatever a string holds appears in the bytes in its JSON form:
+
+- each pattern rule's needles, in their JSON form; for a rule with keywords, the keyword's
+  context, with the quotes and whitespace between keyword and separator in the forms orjson
+  writes them (`\\"`, `\\n`, `\\u001c`, raw UTF-8 for the rest);
+- each field rule's regex, when it is made only of ASCII letters, digits and the few other
+  characters JSON leaves as they are (the default rule, `fields=[...]` names): it is searched
+  in the whole JSON, keys and all;
+- a tagged value whose text the walk must decode first (bytes, a string with NUL, an
+  unencodable value's description): its tag;
+- the characters that `str.lower()` or case-insensitive `re` equate with ASCII letters.
+
+Anything else found is a false alarm, and the walk decides as before. A rule the scan cannot
+stand in for (a pattern without needles or keywords, a field regex outside that subset), or
+no Hyperscan, makes the answer always "maybe".
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from agentreplay_core._codec_base import TAG
+from agentreplay_core._redact_fast import alternatives, hex_pattern, hyperscan, whitespace
+from agentreplay_core._redact_rules import URL_PASSWORD, RedactionRule
+from agentreplay_core._redact_walk import OPAQUE_TAGS, PLAIN_TAGS
+
+#: characters that lower-case to ASCII (U+0130, U+212A) or that case-insensitive `re` matches
+#: to an ASCII letter (also U+0131, U+017F); a test checks every code point
+FOLDS_TO_ASCII = ("\u0130", "\u0131", "\u017f", "\u212a")
+#: how a tagged value starts in canonical JSON (sorted keys: the tag comes first)
+_TAG_START = b'"' + TAG.encode() + b'":"'
+_TAG_ID = 0
+_SAFE_TAGS = frozenset(t.encode() for t in PLAIN_TAGS | OPAQUE_TAGS)
+#: a field regex whose meaning on JSON bytes is its meaning on a key: ASCII letters, digits,
+#: `_`, `-`, groups, alternatives, optional parts, classes of those, and escaped punctuation
+#: that JSON leaves as it is (all but `"` and `\`)
+_SAFE_FIELD_REGEX = re.compile(
+    r"(?:[A-Za-z0-9_|?*+()-]|\(\?:|\\[ !#$%&'()*+,./:;<=>?@\[\]^_`{|}~-]"
+    r"|\[[A-Za-z0-9_\\-]+\])*\Z")
+
+
+def _json_form(text: str) -> bytes:
+    """`text` as it appears inside a JSON string written by orjson."""
+    return orjson.dumps(text)[1:-1]
+
+
+def _keyword_pattern(keywords: Sequence[str]) -> bytes | None:
+    if not keywords or not all(k.isascii() for k in keywords):
+        return None
+    return (alternatives(_json_form(k) for k in sorted(set(keywords)))
+            + alternatives([_json_form('"'), _json_form("'")]) + b"?"
+            + alternatives(_json_form(c) for c in whitespace()) + b"*"
+            + alternatives([b":", b"="]))
+
+
+def _field_pattern(rule: RedactionRule) -> bytes | None:
+    """The rule's regex, anywhere: in values too (words like "secret" in prose raise a few
+    false alarms; checking that a match lies in a key cost more scan time than they do)."""
+    text = rule.regex.pattern
+    if rule.regex.flags & ~(re.IGNORECASE | re.UNICODE):
+        return None
+    text = text.removeprefix(r"\A").removesuffix(r"\Z")  # keys sit inside the JSON
+    return text.encode() if _SAFE_FIELD_REGEX.match(text) else None
+
+
+#: the shapes of default rules in canonical JSON, where their needles are common (URLs):
+#: each a superset of the JSON form of every match (classes let `\\` escapes through)
+_JSON_SHAPES = {URL_PASSWORD: rb"://[^ :/@\"'<>]+:[^ /@\"'<>]+@"}
+
+
+def _rule_patterns(rule: RedactionRule) -> list[tuple[bytes, bool]] | None:
+    """(pattern, caseless) of what any change `rule` makes leaves in the JSON, or None."""
+    if rule.is_field_rule:
+        field = _field_pattern(rule)
+        return None if field is None else [(field, True)]
+    shape = _JSON_SHAPES.get(rule.regex.pattern)
+    if shape is not None:
+        return [(shape, False)]
+    keywords = _keyword_pattern(rule.keywords)
+    if keywords is not None:
+        return [(keywords, True)]
+    if not rule.needles:
+        return None
+    try:
+        return [(hex_pattern(_json_form(n)), False) for n in rule.needles]
+    except orjson.JSONEncodeError:  # a lone surrogate: never in canonical JSON as text
+        return None
+
+
+class JsonScreen:
+    """A compiled Hyperscan database answering `may_hold_secrets` for one set of rules."""
+
+    def __init__(self, database: Any) -> None:
+        self._database = database
+        self._local = threading.local()  # one scratch space per thread (scans release the GIL)
+
+    def may_hold_secrets(self, canonical: Sequence[bytes]) -> bool:
+        """False only if redacting the trees whose canonical JSON is `canonical` changes
+        nothing (one scan of them all: a call costs about what a scan of 2 KB does)."""
+        data = canonical[0] if len(canonical) == 1 else b" ".join(canonical)
+        alarms: list[int] = []
+
+        def found(match_id: int, _start: int, end: int, *_: object) -> None:
+            # a tag is an alarm only if the walk must decode its value (bytes, ...)
+            if match_id != _TAG_ID or data[end:data.find(b'"', end)] not in _SAFE_TAGS:
+                alarms.append(match_id)
+
+        try:
+            scratch = getattr(self._local, "scratch", None)
+            if scratch is None:
+                scratch = self._local.scratch = self._database.scratch.clone()
+            self._database.scan(data, match_event_handler=found, scratch=scratch)
+        except Exception:  # a failed scan proves nothing: walk the trees
+            return True
+        return bool(alarms)
+
+
+@functools.lru_cache(maxsize=16)
+def json_screen(rules: tuple[RedactionRule, ...]) -> JsonScreen | None:
+    """The screen for `rules`, or None if one of them has nothing it could look for (or
+    Hyperscan is missing): every step is walked then. Shared by redactors with equal rules."""
+    if hyperscan is None:
+        return None
+    patterns = [(hex_pattern(_TAG_START), False),
+                (alternatives(c.encode() for c in FOLDS_TO_ASCII), False)]
+    for rule in rules:
+        found = _rule_patterns(rule)
+        if found is None:
+            return None
+        patterns += found
+    single, caseless = hyperscan.HS_FLAG_SINGLEMATCH, hyperscan.HS_FLAG_CASELESS
+    flags = [single | caseless if c else single for _, c in patterns]
+    flags[_TAG_ID] = 0  # every tag, as any of them may be one whose value the walk decodes
+    try:
+        database = hyperscan.Database()
+        database.compile(expressions=[p for p, _ in patterns], ids=list(range(len(patterns))),
+                         flags=flags)
+    except Exception:  # e.g. a CPU without the instructions it needs
+        return None
+    return JsonScreen(database)
