@@ -9,8 +9,10 @@ to ASCII letters.
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -152,3 +154,28 @@ def test_redactors_with_the_same_rules_share_one_compiled_screen() -> None:
     first, second = Redactor(key=b"one"), Redactor(key=b"two")
     assert first._scanner._fast is not None
     assert first._scanner._fast is second._scanner._fast
+
+
+def test_without_hyperscan_redaction_screens_in_python_with_the_same_result(
+        tmp_path: Path) -> None:
+    """Where no wheel of Hyperscan exists, it cannot be imported: recording still redacts."""
+    fake = fake_secrets()[0]
+    script = f"""
+import sys
+sys.modules["hyperscan"] = None  # what an import of a missing module does: ImportError
+from agentreplay_core import Redactor, open_store
+from agentreplay_core._redact_json import json_screen
+redactor = Redactor(key=b"k")
+assert redactor._scanner._fast is None and json_screen(redactor.rules) is None
+with open_store("file:{tmp_path / 'runs'}") as store:
+    store.redaction = redactor
+    with store.record(name="no-hyperscan") as rec:
+        rec.record("llm", "chat", {{"content": {fake.in_text!r}}}, "ok")
+    [step] = store.load_steps(rec.run_id)
+print(step.input["content"])
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          check=True, timeout=120)
+    expected = fake.in_text.replace(fake.value, Redactor(key=b"k").placeholder(fake.value,
+                                                                               "openai"))
+    assert done.stdout.strip() == expected
