@@ -71,10 +71,45 @@ def alternatives(forms: Iterable[bytes]) -> bytes:
     return b"(?:" + b"|".join(hex_pattern(f) for f in forms) + b")"
 
 
-class FastScreen:
-    """A compiled Hyperscan database for one set of needles and keyword rules."""
+class Compiled:
+    """A compiled Hyperscan database, with a scratch space for each thread that scans (a
+    scan releases the GIL, and a scratch space serves one scan at a time)."""
 
-    def __init__(self, database: Any, needles: Sequence[str],
+    def __init__(self, database: Any) -> None:
+        self._database = database
+        self._local = threading.local()
+
+    def scanned(self, data: bytes, on_match: Callable[..., None]) -> bool:
+        """Scan `data`, calling `on_match(id, start, end, flags, context)` for each match;
+        False if Hyperscan failed (then nothing can be concluded from the matches)."""
+        try:
+            scratch = getattr(self._local, "scratch", None)
+            if scratch is None:
+                scratch = self._local.scratch = self._database.scratch.clone()
+            self._database.scan(data, match_event_handler=on_match, scratch=scratch)
+        except Exception:  # the caller falls back on what needs no Hyperscan
+            return False
+        return True
+
+
+def compiled(patterns: Sequence[tuple[bytes, int]]) -> Compiled | None:
+    """`patterns` ((expression, flags), each match reported with its index) compiled, or
+    None without Hyperscan or if it cannot compile them (a CPU it does not support)."""
+    if hyperscan is None or not patterns:
+        return None
+    try:
+        database = hyperscan.Database()
+        database.compile(expressions=[e for e, _ in patterns], ids=list(range(len(patterns))),
+                         flags=[f for _, f in patterns])
+    except Exception:
+        return None
+    return Compiled(database)
+
+
+class FastScreen:
+    """The text screen for one set of needles and keyword rules."""
+
+    def __init__(self, database: Compiled, needles: Sequence[str],
                  keyword_rules: Sequence[int]) -> None:
         self._database = database
         #: what each match id stands for: a needle, or the index of a keyword rule
@@ -82,21 +117,13 @@ class FastScreen:
         self.keyword_ids = {len(self.needles) + k: rule for k, rule in enumerate(keyword_rules)}
         #: the keyword rules this screen decides (the others have a keyword that is not ASCII)
         self.keyword_rules = frozenset(keyword_rules)
-        # scratch space may serve one scan at a time, and a scan releases the GIL
-        self._local = threading.local()
 
     def scan(self, text: str) -> frozenset[int] | None:
         """The ids of the needles and keyword rules found in `text` (`UNDECIDED` instead of
         the keyword rules if `text` lower-cases to more ASCII than it holds), or None if
         Hyperscan failed: screen it in Python then."""
         hits: set[int] = set()
-        record: Callable[..., None] = lambda match_id, *_: hits.add(match_id)  # noqa: E731
-        try:
-            scratch = getattr(self._local, "scratch", None)
-            if scratch is None:
-                scratch = self._local.scratch = self._database.scratch.clone()
-            self._database.scan(_utf8(text), match_event_handler=record, scratch=scratch)
-        except Exception:  # the Python screen gives the same answer
+        if not self._database.scanned(_utf8(text), lambda match_id, *_: hits.add(match_id)):
             return None
         if any(c in text for c in LOWER_TO_ASCII):
             return frozenset([UNDECIDED, *(i for i in hits if i < len(self.needles))])
@@ -121,21 +148,13 @@ def fast_screen(needles: tuple[str, ...],
     Hyperscan. Compiling takes ~15 ms, so redactors with the same rules share a screen."""
     if hyperscan is None:
         return None
-    expressions = [hex_pattern(_utf8(n)) for n in needles]
-    flags = [hyperscan.HS_FLAG_SINGLEMATCH] * len(expressions)
+    single = hyperscan.HS_FLAG_SINGLEMATCH
+    patterns = [(hex_pattern(_utf8(n)), single) for n in needles]
     decided = []
     for rule, words in keywords:
         pattern = keyword_pattern(words)
         if pattern is not None:
-            expressions.append(pattern)
-            flags.append(hyperscan.HS_FLAG_SINGLEMATCH | hyperscan.HS_FLAG_CASELESS)
+            patterns.append((pattern, single | hyperscan.HS_FLAG_CASELESS))
             decided.append(rule)
-    if not expressions:
-        return None
-    try:
-        database = hyperscan.Database()
-        database.compile(expressions=expressions, ids=list(range(len(expressions))),
-                         flags=flags)
-    except Exception:  # e.g. a CPU without the instructions it needs
-        return None
-    return FastScreen(database, needles, decided)
+    database = compiled(patterns)
+    return None if database is None else FastScreen(database, needles, decided)

@@ -28,14 +28,19 @@ from __future__ import annotations
 
 import functools
 import re
-import threading
 from collections.abc import Sequence
-from typing import Any
 
 import orjson
 
 from agentreplay_core._codec_base import TAG
-from agentreplay_core._redact_fast import alternatives, hex_pattern, hyperscan, whitespace
+from agentreplay_core._redact_fast import (
+    Compiled,
+    alternatives,
+    compiled,
+    hex_pattern,
+    hyperscan,
+    whitespace,
+)
 from agentreplay_core._redact_rules import URL_PASSWORD, RedactionRule
 from agentreplay_core._redact_walk import OPAQUE_TAGS, PLAIN_TAGS
 
@@ -103,11 +108,10 @@ def _rule_patterns(rule: RedactionRule) -> list[tuple[bytes, bool]] | None:
 
 
 class JsonScreen:
-    """A compiled Hyperscan database answering `may_hold_secrets` for one set of rules."""
+    """The JSON screen for one set of rules."""
 
-    def __init__(self, database: Any) -> None:
+    def __init__(self, database: Compiled) -> None:
         self._database = database
-        self._local = threading.local()  # one scratch space per thread (scans release the GIL)
 
     def may_hold_secrets(self, canonical: Sequence[bytes]) -> bool:
         """False only if redacting the trees whose canonical JSON is `canonical` changes
@@ -120,14 +124,8 @@ class JsonScreen:
             if match_id != _TAG_ID or data[end:data.find(b'"', end)] not in _SAFE_TAGS:
                 alarms.append(match_id)
 
-        try:
-            scratch = getattr(self._local, "scratch", None)
-            if scratch is None:
-                scratch = self._local.scratch = self._database.scratch.clone()
-            self._database.scan(data, match_event_handler=found, scratch=scratch)
-        except Exception:  # a failed scan proves nothing: walk the trees
-            return True
-        return bool(alarms)
+        # a failed scan proves nothing: walk the trees
+        return not self._database.scanned(data, found) or bool(alarms)
 
 
 @functools.lru_cache(maxsize=16)
@@ -136,20 +134,14 @@ def json_screen(rules: tuple[RedactionRule, ...]) -> JsonScreen | None:
     Hyperscan is missing): every step is walked then. Shared by redactors with equal rules."""
     if hyperscan is None:
         return None
-    patterns = [(hex_pattern(_TAG_START), False),
-                (alternatives(c.encode() for c in FOLDS_TO_ASCII), False)]
+    single, caseless = hyperscan.HS_FLAG_SINGLEMATCH, hyperscan.HS_FLAG_CASELESS
+    # every tag is reported, as any of them may be one whose value the walk decodes
+    patterns = [(hex_pattern(_TAG_START), 0),
+                (alternatives(c.encode() for c in FOLDS_TO_ASCII), single)]
     for rule in rules:
         found = _rule_patterns(rule)
         if found is None:
             return None
-        patterns += found
-    single, caseless = hyperscan.HS_FLAG_SINGLEMATCH, hyperscan.HS_FLAG_CASELESS
-    flags = [single | caseless if c else single for _, c in patterns]
-    flags[_TAG_ID] = 0  # every tag, as any of them may be one whose value the walk decodes
-    try:
-        database = hyperscan.Database()
-        database.compile(expressions=[p for p, _ in patterns], ids=list(range(len(patterns))),
-                         flags=flags)
-    except Exception:  # e.g. a CPU without the instructions it needs
-        return None
-    return JsonScreen(database)
+        patterns += [(p, single | caseless if c else single) for p, c in found]
+    database = compiled(patterns)
+    return None if database is None else JsonScreen(database)

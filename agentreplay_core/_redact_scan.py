@@ -6,6 +6,10 @@ strings one of which any match contains), and a needle by its rarest character: 
 one character is a `memchr`, close to free, and most text lacks the rare ones. Only rules
 whose needles are present run their regex. The recorder screens all new text of a step at
 once (joined), so a step without secrets costs a few substring searches in all.
+
+Where Hyperscan is installed (a dependency, with wheels for the common platforms), the
+needles and keyword contexts of all rules are found in one pass instead (`_redact_fast`), with
+the same answers; the Python screen here stays as the reference and the fallback.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentreplay_core import RedactionRule, Redactor, canonical_bytes, encode, open_store
+from agentreplay_core._redact_fast import Compiled
 from agentreplay_core._redact_json import FOLDS_TO_ASCII, JsonScreen, json_screen
 from tests.core.test_redaction_screen import PIECES, _FailingDatabase
 from tests.support.secret_leaks import FakeSecret, fake_secrets
@@ -120,7 +121,7 @@ def test_rules_the_screen_cannot_stand_in_for_make_it_flag_everything() -> None:
 
 
 def test_a_failing_scan_flags_the_step() -> None:
-    assert JsonScreen(_FailingDatabase()).may_hold_secrets([b'{"a":"b"}']) is True
+    assert JsonScreen(Compiled(_FailingDatabase())).may_hold_secrets([b'{"a":"b"}']) is True
 
 
 def test_the_case_folding_facts_the_screen_relies_on_hold_for_this_python() -> None:

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentreplay_core import RedactionRule, Redactor
-from agentreplay_core._redact_fast import LAST_SPACE, LOWER_TO_ASCII, FastScreen
+from agentreplay_core._redact_fast import LAST_SPACE, LOWER_TO_ASCII, Compiled, FastScreen
 from agentreplay_core._redact_rules import DEFAULT_RULES
 from agentreplay_core._redact_scan import Scanner
 from tests.support.secret_leaks import FakeSecret, fake_secrets
@@ -141,7 +141,7 @@ class _FailingDatabase:
 def test_a_failing_scan_leaves_the_text_to_the_python_screen() -> None:
     fast, python = _scanners()
     assert fast._fast is not None
-    fast._fast = FastScreen(_FailingDatabase(), fast._fast.needles, sorted(
+    fast._fast = FastScreen(Compiled(_FailingDatabase()), fast._fast.needles, sorted(
         fast._fast.keyword_rules))
     assert fast._fast.scan("anything") is None
     for fake in fake_secrets():
