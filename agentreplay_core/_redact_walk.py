@@ -19,7 +19,7 @@ from agentreplay_core._codec_base import TAG, Json
 
 #: tags whose payload holds no text (numbers, dates, class references, raw vectors)
 OPAQUE_TAGS = frozenset({"float", "int", "floats", "datetime", "date", "time", "timedelta",
-                     "decimal", "uuid", "complex", "enum", "npscalar"})
+                         "decimal", "uuid", "complex", "enum", "npscalar"})
 _BYTES = frozenset({"bytes", "bytearray"})
 #: tags whose data sits under "v" (a list, dict or tagged value) next to structural fields
 _DATA_UNDER_V = frozenset({"tuple", "set", "frozenset", "ext", "path"})
@@ -153,7 +153,7 @@ class TreeTransform:
 #: tags whose data `collect_texts` can reach without decoding anything
 _PLAIN_DATA = ("v", "extra", "items")
 PLAIN_TAGS = frozenset({"tuple", "set", "frozenset", "ext", "pydantic", "dataclass",
-                         "namedtuple", "ndarray"})
+                        "namedtuple", "ndarray"})
 
 
 def collect_texts(tree: Json, min_length: int, known: set[str], keys: dict[str, bool],
