@@ -130,15 +130,18 @@ class FastScreen:
         return frozenset(hits)
 
 
-def keyword_pattern(keywords: Sequence[str]) -> bytes | None:
+def keyword_pattern(keywords: Sequence[str],
+                    form: Callable[[str], bytes] = _utf8) -> bytes | None:
     """The forward form of `_redact_scan._keyword_screens`: a keyword, an optional quote,
-    whitespace, then `:` or `=` (None if a keyword is not ASCII: caseless matching of
-    bytes folds ASCII letters only)."""
+    whitespace, then `:` or `=`, each character as `form` writes it (UTF-8 here, inside a
+    JSON string for `_redact_json`). None if a keyword is not ASCII: caseless matching of
+    bytes folds ASCII letters only."""
     if not keywords or not all(k.isascii() for k in keywords):
         return None
-    return (alternatives(k.encode() for k in sorted(set(keywords)))
-            + alternatives([b'"', b"'"]) + b"?"
-            + alternatives(_utf8(c) for c in whitespace()) + b"*" + alternatives([b":", b"="]))
+    return (alternatives(form(k) for k in sorted(set(keywords)))
+            + alternatives([form('"'), form("'")]) + b"?"
+            + alternatives(form(c) for c in whitespace()) + b"*"
+            + alternatives([form(":"), form("=")]))
 
 
 @functools.lru_cache(maxsize=16)

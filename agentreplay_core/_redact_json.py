@@ -39,7 +39,7 @@ from agentreplay_core._redact_fast import (
     compiled,
     hex_pattern,
     hyperscan,
-    whitespace,
+    keyword_pattern,
 )
 from agentreplay_core._redact_rules import URL_PASSWORD, RedactionRule
 from agentreplay_core._redact_walk import OPAQUE_TAGS, PLAIN_TAGS
@@ -62,15 +62,6 @@ _SAFE_FIELD_REGEX = re.compile(
 def _json_form(text: str) -> bytes:
     """`text` as it appears inside a JSON string written by orjson."""
     return orjson.dumps(text)[1:-1]
-
-
-def _keyword_pattern(keywords: Sequence[str]) -> bytes | None:
-    if not keywords or not all(k.isascii() for k in keywords):
-        return None
-    return (alternatives(_json_form(k) for k in sorted(set(keywords)))
-            + alternatives([_json_form('"'), _json_form("'")]) + b"?"
-            + alternatives(_json_form(c) for c in whitespace()) + b"*"
-            + alternatives([b":", b"="]))
 
 
 def _field_pattern(rule: RedactionRule) -> bytes | None:
@@ -96,7 +87,7 @@ def _rule_patterns(rule: RedactionRule) -> list[tuple[bytes, bool]] | None:
     shape = _JSON_SHAPES.get(rule.regex.pattern)
     if shape is not None:
         return [(shape, False)]
-    keywords = _keyword_pattern(rule.keywords)
+    keywords = keyword_pattern(rule.keywords, _json_form)
     if keywords is not None:
         return [(keywords, True)]
     if not rule.needles:
