@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
 from collections.abc import Iterable, Iterator
 from contextvars import ContextVar
 from typing import Any
@@ -10,7 +12,7 @@ from typing import Any
 import orjson
 
 from agentreplay_core._codec import canonical_bytes, encode
-from agentreplay_core._hashing import sha256_hex
+from agentreplay_core._hashing import feed
 
 _current_path: ContextVar[str] = ContextVar("agentreplay_path", default="")
 
@@ -32,8 +34,19 @@ def match_key_of_canonical(kind: str, name: str, request_json: bytes) -> str:
     """The match key from the request's canonical bytes: SHA-256 of the canonical JSON of
     `[kind, name, request]` (hashed in parts, so the request is neither serialised nor copied
     again), first 32 hex digits."""
-    return sha256_hex(b"[", orjson.dumps(kind), b",", orjson.dumps(name), b",", request_json,
-                      b"]")[:32]
+    digest = _hashed_prefix(kind, name).copy()
+    feed(digest, request_json)
+    digest.update(b"]")
+    return digest.hexdigest()[:32]
+
+
+@functools.lru_cache(maxsize=1024)
+def _hashed_prefix(kind: str, name: str) -> hashlib._Hash:
+    """SHA-256 fed with `[kind,name,`: a call's key starts from a copy (a replayed call keys
+    its request on the agent's thread, and most calls share a few kinds and names)."""
+    digest = hashlib.sha256()
+    digest.update(b"[" + orjson.dumps(kind) + b"," + orjson.dumps(name) + b",")
+    return digest
 
 
 def match_key_of_encoded(kind: str, name: str, encoded_request: Any) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from datetime import datetime
 from enum import Enum
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -116,14 +116,33 @@ def loaded_step(run_id: UUID, step: int, kind: str, name: str, match_key: str, p
 
     Every field is given, so the instance is exactly what `model_construct` builds.
     """
-    loaded = Step.__new__(Step)
     values = dict(zip(_STEP_FIELDS, (run_id, step, kind, name, match_key, path, input, output,
                                      is_error, started_at, duration_ms, checksum), strict=True))
-    object.__setattr__(loaded, "__dict__", values)
-    object.__setattr__(loaded, "__pydantic_fields_set__", set(_STEP_FIELDS))
-    object.__setattr__(loaded, "__pydantic_extra__", None)
-    object.__setattr__(loaded, "__pydantic_private__", None)
-    return loaded
+    return constructed(Step, values, set(_STEP_FIELDS))
+
+
+Model = TypeVar("Model", bound=BaseModel)
+
+
+def constructed(cls: type[Model], values: dict[str, Any], fields_set: set[str],
+                extra: dict[str, Any] | None = None) -> Model:
+    """What pydantic's `model_construct` builds from `values` (every field, in declaration
+    order) for a model without private attributes: set directly, for a fraction of its cost.
+    `extra` is the extra fields of a model with `extra="allow"` (None for other models)."""
+    built = _new(cls)
+    _set_dict(built, values)
+    _set_fields_set(built, fields_set)
+    _set_extra(built, extra)
+    _set_private(built, None)
+    return built
+
+
+# BaseModel's own slots, set through their descriptors: a third of `object.__setattr__`'s cost
+_new = object.__new__
+_set_dict = vars(BaseModel)["__dict__"].__set__
+_set_fields_set = vars(BaseModel)["__pydantic_fields_set__"].__set__
+_set_extra = vars(BaseModel)["__pydantic_extra__"].__set__
+_set_private = vars(BaseModel)["__pydantic_private__"].__set__
 
 
 class EmbeddingMatch(BaseModel):

@@ -23,7 +23,8 @@ from pydantic import ConfigDict, Field
 
 from agentreplay_core import Player, ReplayDivergence, Step
 from agentreplay_core._keys import current_path
-from agentreplay_langchain._compat import format_for_tracing
+from agentreplay_langchain._compat import format_for_tracing, keep_signatures
+from agentreplay_langchain._construct import chat_result
 from agentreplay_langchain._handler import CHAT_MODEL
 from agentreplay_langchain._requests import chat_request
 from agentreplay_langchain._served import (
@@ -131,8 +132,7 @@ class ReplayChatModel(BaseChatModel):
                 run_manager.on_llm_new_token(_token(chunk), chunk=chunk)
         if step is not None and step.is_error:
             raise error_of(step, output)
-        return ChatResult(generations=chat_generations(output),
-                          llm_output=output.get("llm_output"))
+        return chat_result(chat_generations(output), output.get("llm_output"))
 
     async def _agenerate(self, messages: list[BaseMessage], stop: list[str] | None = None,
                          run_manager: AsyncCallbackManagerForLLMRun | None = None,
@@ -144,8 +144,7 @@ class ReplayChatModel(BaseChatModel):
         if step is not None and step.is_error:
             await wait_if_cancelled(output)
             raise error_of(step, output)
-        return ChatResult(generations=chat_generations(output),
-                          llm_output=output.get("llm_output"))
+        return chat_result(chat_generations(output), output.get("llm_output"))
 
     def _stream(self, messages: list[BaseMessage], stop: list[str] | None = None,
                 run_manager: CallbackManagerForLLMRun | None = None,
@@ -193,6 +192,8 @@ class ReplayChatModel(BaseChatModel):
         return structured_output(self, schema, include_raw=include_raw, method=method,
                                  strict=kwargs.get("strict"))
 
+
+keep_signatures(ReplayChatModel._generate, ReplayChatModel._agenerate)
 
 @functools.lru_cache(maxsize=64)
 def _run_label(run_id: UUID) -> str:

@@ -12,9 +12,8 @@ Requests are in `_requests`.
 from __future__ import annotations
 
 import copy
-import functools
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 from langchain_core.documents import Document
 from langchain_core.load import dumpd
@@ -39,6 +38,13 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, Generati
 from agentreplay_core import decode
 from agentreplay_core._codec import TAG
 from agentreplay_langchain._compat import make_loader
+from agentreplay_langchain._construct import (
+    NO_VALUE,
+    SCALARS,
+    built_message,
+    chat_generation,
+    shape,
+)
 
 #: marks a stored LangChain object; the number is the envelope's format version
 ENVELOPE = "agentreplay.langchain"
@@ -61,7 +67,6 @@ ALLOWED_CLASSES: tuple[type[Serializable], ...] = (
     *_MESSAGE_CLASSES.values(), *_GENERATION_CLASSES.values(), Document)
 #: revives dumpd payloads of the allowed classes only
 _load = make_loader(ALLOWED_CLASSES)
-_SCALARS = frozenset({str, int, float, bool, type(None)})
 _MAX_DEPTH = 100  # deeper field values go through dumpd, which has its own limit
 _NO_ARTIFACT = object()
 
@@ -74,7 +79,7 @@ def _plain_copy(value: Any, depth: int = 0) -> Any:
     """A deep copy of JSON-native data (exactly str, int, float, bool, None, and dicts with
     str keys and lists of those); raises `_NotPlain` for anything else, subclasses included."""
     kind = type(value)
-    if kind in _SCALARS:
+    if kind in SCALARS:
         return value
     if depth > _MAX_DEPTH:
         raise _NotPlain
@@ -83,10 +88,10 @@ def _plain_copy(value: Any, depth: int = 0) -> Any:
         for key, item in value.items():
             if type(key) is not str:
                 raise _NotPlain
-            out[key] = item if type(item) in _SCALARS else _plain_copy(item, depth + 1)
+            out[key] = item if type(item) in SCALARS else _plain_copy(item, depth + 1)
         return out
     if kind is list:
-        return [item if type(item) in _SCALARS else _plain_copy(item, depth + 1)
+        return [item if type(item) in SCALARS else _plain_copy(item, depth + 1)
                 for item in value]
     raise _NotPlain
 
@@ -99,9 +104,9 @@ def _fresh(value: Any) -> Any:
     """A copy of the dicts and lists of a stored (decoded) value; other values as they are."""
     kind = type(value)
     if kind is dict:
-        return {k: v if type(v) in _SCALARS else _fresh(v) for k, v in value.items()}
+        return {k: v if type(v) in SCALARS else _fresh(v) for k, v in value.items()}
     if kind is list:
-        return [v if type(v) in _SCALARS else _fresh(v) for v in value]
+        return [v if type(v) in SCALARS else _fresh(v) for v in value]
     return value
 
 
@@ -110,15 +115,15 @@ def _message_fields(message: BaseMessage) -> dict[str, Any] | None:
     name = type(message).__name__
     if _MESSAGE_CLASSES.get(name) is not type(message):
         return None  # a subclass (only dumpd knows what it adds), or no message at all
-    defaults = _shape(type(message)).plain_defaults
+    defaults = shape(type(message)).plain_defaults
     try:
         # fields left at their defaults are left out: smaller, and a recording made with
         # another langchain-core line (0.3 has `example`, 1.x `chunk_position`) still revives
         # equal to its own messages
-        fields = {key: value if type(value) in _SCALARS else _plain_copy(value)
+        fields = {key: value if type(value) in SCALARS else _plain_copy(value)
                   for key, value in message.__dict__.items()
                   if key != "type" and key != "artifact" and not _is_default(
-                      value, defaults.get(key, _NO_DEFAULT))}
+                      value, defaults.get(key, NO_VALUE))}
         extra = message.__pydantic_extra__
         if extra:
             fields.update(_plain_copy(extra))
@@ -206,16 +211,16 @@ def _revive(stored: Any, copied: Callable[[Any], Any]) -> Any:
 def _decoded(value: Any) -> Any:
     """`decode(value)`, with the empty and scalar values of message fields handled inline."""
     kind = type(value)
-    if kind in _SCALARS:
+    if kind in SCALARS:
         return value
     if kind is dict:
         if not value:
             return {}
         if TAG in value:
             return decode(value)
-        return {k: v if type(v) in _SCALARS else _decoded(v) for k, v in value.items()}
+        return {k: v if type(v) in SCALARS else _decoded(v) for k, v in value.items()}
     if kind is list:
-        return [v if type(v) in _SCALARS else _decoded(v) for v in value] if value else []
+        return [v if type(v) in SCALARS else _decoded(v) for v in value] if value else []
     return decode(value)
 
 
@@ -241,95 +246,6 @@ def _refused(name: Any) -> ValueError:
         "the recording was edited or made by another tool")
 
 
-_NO_DEFAULT = object()
-#: the Python types a stored value of each message field may have (None: any); a field not
-#: listed has none, so that a message with it is validated (fields of a newer langchain-core)
-_FIELD_TYPES: dict[str, tuple[type, ...] | None] = {
-    "content": (str, list), "additional_kwargs": (dict,), "response_metadata": (dict,),
-    "name": (str, type(None)), "id": (str, type(None)), "tool_calls": (list,),
-    "invalid_tool_calls": (list,), "usage_metadata": (dict, type(None)),
-    "tool_call_chunks": (list,), "chunk_position": (str, type(None)), "tool_call_id": (str,),
-    "status": (str,), "role": (str,), "example": (bool,), "artifact": None,
-}
-
-
-class _Shape(NamedTuple):
-    """What `dump` and `_construct` need to know of a message class."""
-
-    types: dict[str, tuple[type, ...] | None]  # each field but `type`
-    make_default: dict[str, Callable[[], Any]]  # fields with a default: a new default value
-    plain_defaults: dict[str, Any]  # those defaults, to compare with
-    type_literal: str
-
-
-_SHAPES: dict[type[BaseMessage], _Shape] = {}
-
-
-def _shape(cls: type[BaseMessage]) -> _Shape:
-    shape = _SHAPES.get(cls)
-    if shape is not None:
-        return shape
-    types: dict[str, tuple[type, ...] | None] = {}
-    make: dict[str, Callable[[], Any]] = {}
-    for name, info in cls.model_fields.items():
-        if name == "type":
-            continue
-        types[name] = _FIELD_TYPES.get(name, ())
-        factory = info.default_factory
-        if factory is not None:
-            if not getattr(info, "default_factory_takes_data", False):
-                make[name] = factory  # type: ignore[assignment]
-        elif not info.is_required():
-            default = info.default
-            if type(default) in _SCALARS:
-                make[name] = functools.partial(_same, default)
-            elif default == [] or default == {}:  # 0.3 declares `tool_calls: list = []`
-                make[name] = list if type(default) is list else dict
-    shape = _SHAPES[cls] = _Shape(types, make, {k: f() for k, f in make.items()},
-                                  str(cls.model_fields["type"].default))
-    return shape
-
-
-def _validated(cls: type[BaseMessage], fields: dict[str, Any]) -> BaseMessage:
-    try:
-        return cls(**fields)
-    except (TypeError, KeyError, ValueError) as exc:  # ValueError: pydantic's errors too
-        raise ValueError(
-            f"a recorded {cls.__name__} cannot be built from its stored fields ({exc!r}): the "
-            "recording is damaged or comes from an incompatible langchain-core") from exc
-
-
-def _construct(cls: type[BaseMessage], fields: dict[str, Any]) -> BaseMessage:
-    """`cls(**fields)` for fields as `dump` stored them: built without running LangChain's
-    validators again (they ran when the message was first made, and cost more than the rest of
-    a replayed call). Fields of another shape (an older or edited recording) are validated."""
-    shape = _shape(cls)
-    values: dict[str, Any] = {}
-    found = 0
-    for name, types in shape.types.items():
-        value = fields.get(name, _NO_DEFAULT)
-        if value is _NO_DEFAULT:
-            make = shape.make_default.get(name)
-            if make is None:
-                return _validated(cls, fields)  # a required field is missing
-            values[name] = make()
-            continue
-        if types is not None and type(value) not in types:
-            return _validated(cls, fields)
-        values[name] = value
-        found += 1
-    values["type"] = shape.type_literal
-    extra = {k: v for k, v in fields.items() if k not in shape.types} \
-        if len(fields) > found else {}
-    message = cls.__new__(cls)
-    # what pydantic's own model_construct sets, for a class with extra="allow"
-    object.__setattr__(message, "__dict__", values)
-    object.__setattr__(message, "__pydantic_fields_set__", set(fields) - extra.keys())
-    object.__setattr__(message, "__pydantic_extra__", extra)
-    object.__setattr__(message, "__pydantic_private__", None)
-    return message
-
-
 def _revive_fields(stored: dict[str, Any], copied: Callable[[Any], Any]) -> Any:
     name = stored.get("class")
     message_class = _MESSAGE_CLASSES.get(name) if type(name) is str else None
@@ -340,7 +256,7 @@ def _revive_fields(stored: dict[str, Any], copied: Callable[[Any], Any]) -> Any:
         artifact = stored.get("artifact", _NO_ARTIFACT)
         if artifact is not _NO_ARTIFACT and "artifact" in message_class.model_fields:
             fields["artifact"] = copied(artifact)
-        return _construct(message_class, fields)
+        return built_message(message_class, fields)
     generation_class = _GENERATION_CLASSES.get(name) if type(name) is str else None
     if generation_class is None:
         raise _refused(name)
@@ -352,6 +268,8 @@ def _revive_fields(stored: dict[str, Any], copied: Callable[[Any], Any]) -> Any:
         if not isinstance(message, BaseMessage):
             raise ValueError(f"recorded {name} holds no message envelope; the recording is "
                              "damaged")
+        if generation_class is ChatGeneration:
+            return chat_generation(message, info)
         return generation_class(message=message, generation_info=info)
     text = copied(stored.get("text"))
     if type(text) is not str:

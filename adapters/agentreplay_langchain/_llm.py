@@ -14,6 +14,7 @@ from langchain_core.outputs import Generation, GenerationChunk, LLMResult
 from pydantic import ConfigDict, Field
 
 from agentreplay_core import Player, Step
+from agentreplay_langchain._compat import keep_signatures
 from agentreplay_langchain._handler import TEXT_LLM
 from agentreplay_langchain._requests import llm_request
 from agentreplay_langchain._served import (
@@ -105,3 +106,6 @@ class ReplayLLM(BaseLLM):
         if step.is_error:
             await wait_if_cancelled(output)
             raise error_of(step, output, len(chunks))
+
+
+keep_signatures(ReplayLLM._generate, ReplayLLM._agenerate)

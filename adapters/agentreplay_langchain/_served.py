@@ -32,6 +32,7 @@ from langchain_core.outputs import (
 from agentreplay_core import AgentReplayError, Step, decode
 from agentreplay_core._codec import TAG
 from agentreplay_core._recorded_errors import error_from_record, is_cancellation
+from agentreplay_langchain._construct import chat_generation
 from agentreplay_langchain._convert import dump, revive, revive_encoded
 
 
@@ -136,7 +137,7 @@ def chat_generations(output: dict[str, Any]) -> list[ChatGeneration]:
             continue
         if isinstance(message, BaseMessageChunk):
             message = message_chunk_to_message(message)
-        result.append(ChatGeneration(message=message, generation_info=generation.generation_info))
+        result.append(chat_generation(message, generation.generation_info))
     return result
 
 

@@ -20,7 +20,7 @@ from pydantic import ConfigDict, Field
 
 from agentreplay_core import Player
 from agentreplay_core._recorded_errors import error_to_record
-from agentreplay_langchain._compat import tool_start_inputs
+from agentreplay_langchain._compat import keep_signatures, tool_start_inputs
 from agentreplay_langchain._convert import dump, revive
 from agentreplay_langchain._requests import tool_request
 from agentreplay_langchain._tree import tracked_path
@@ -161,6 +161,8 @@ class ReplayTool(BaseTool):
             result = await super().arun(tool_input, *args, **kwargs)
         return self._returned(invocation, result)
 
+
+keep_signatures(ReplayTool._run, ReplayTool._arun)
 
 class _ReplaySingleInputTool(ReplayTool, Tool):
     """The replay of a legacy single-input `Tool`: a `Tool` to LangChain (schema `__arg1`,
