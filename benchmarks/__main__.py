@@ -38,7 +38,7 @@ def machine_description(dsn: str, data_dir: str) -> list[str]:
     mem = next((line.split()[1] for line in _lines("/proc/meminfo")
                 if line.startswith("MemTotal")), "0")
     versions = ", ".join(f"{p} {_version(p)}" for p in (
-        "langchain-core", "llama-index-core", "psycopg", "orjson", "pgserver"))
+        "langchain-core", "llama-index-core", "psycopg", "orjson", "hyperscan", "pgserver"))
     return [
         f"CPU: {os.cpu_count()} cores, {cpu}; RAM {int(mem) / 2**20:.1f} GiB",
         f"Python {platform.python_version()} on {platform.platform()}",

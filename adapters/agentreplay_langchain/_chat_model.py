@@ -195,6 +195,7 @@ class ReplayChatModel(BaseChatModel):
 
 keep_signatures(ReplayChatModel._generate, ReplayChatModel._agenerate)
 
+
 @functools.lru_cache(maxsize=64)
 def _run_label(run_id: UUID) -> str:
     # LangChain asks for the identifying parameters several times per call

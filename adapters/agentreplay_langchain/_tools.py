@@ -164,6 +164,7 @@ class ReplayTool(BaseTool):
 
 keep_signatures(ReplayTool._run, ReplayTool._arun)
 
+
 class _ReplaySingleInputTool(ReplayTool, Tool):
     """The replay of a legacy single-input `Tool`: a `Tool` to LangChain (schema `__arg1`,
     one positional input), a `ReplayTool` in what it does."""
