@@ -9,7 +9,6 @@ payloads big enough for the release to pay off are hashed in one piece.
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 #: hashlib's HASHLIB_GIL_MINSIZE is 2048: shorter updates keep the GIL
@@ -26,11 +25,3 @@ def feed(digest: Any, data: bytes) -> None:
     view = memoryview(data)
     for start in range(0, len(data), _PIECE):
         digest.update(view[start:start + _PIECE])
-
-
-def sha256_hex(*parts: bytes) -> str:
-    """SHA-256 of `parts` in turn, as hex."""
-    digest = hashlib.sha256()
-    for part in parts:
-        feed(digest, part)
-    return digest.hexdigest()
