@@ -50,6 +50,9 @@ _MATCH_KEY_DOMAIN = b"agentreplay/redact/match-key/v1\x00"
 _MEMO_CHARS = 16_000_000
 _MEMO_LONGEST = 2_000_000
 _FIELD_MEMO = 20_000
+#: scanners kept for the sets of candidate rules text turned up (a set of one to three rules
+#: is typical, and building its scanner costs 15-20 us: more than searching a prompt with it)
+_CANDIDATE_SCANNERS = 64
 
 
 class _RedactWalk(TreeTransform):
@@ -106,6 +109,7 @@ class Redactor:
         self.rules: tuple[RedactionRule, ...] = tuple(chosen)
         self._fields = [r for r in self.rules if r.is_field_rule]
         self._scanner = Scanner([r for r in self.rules if not r.is_field_rule])
+        self._candidate_scanners: dict[tuple[int, ...], Scanner] = {}
         self._json_screen: JsonScreen | Literal[False] | None = False  # False: not built yet
         self._explicit_key = key.encode() if isinstance(key, str) else key
         self._fallback_key: bytes | None = None
@@ -246,13 +250,24 @@ class Redactor:
             if not candidates:
                 self._remember(texts, None)
                 return list(trees), [False] * len(trees)
-            scanner = Scanner(candidates, fast=False)
+            scanner = self._scanner_of(candidates)
             # a keyword rule's candidates are often prose ("key: ..."): look closer first
             if all(self._text(t, scanner) is t for t in texts):
                 return list(trees), [False] * len(trees)
         walk = _RedactWalk(self, scanner)
         out = [walk.walk(tree) for tree in trees]
         return out, [a is not b for a, b in zip(out, trees, strict=True)]
+
+    def _scanner_of(self, candidates: list[RedactionRule]) -> Scanner:
+        """A scanner for some of this redactor's rules (they live as long as it does, so
+        their ids name them), without Hyperscan: it would take ~15 ms to compile."""
+        ids = tuple(map(id, candidates))
+        scanner = self._candidate_scanners.get(ids)
+        if scanner is None:
+            if len(self._candidate_scanners) >= _CANDIDATE_SCANNERS:
+                self._candidate_scanners.clear()
+            scanner = self._candidate_scanners[ids] = Scanner(candidates, fast=False)
+        return scanner
 
     def _key_needs_walk(self, key: str) -> bool:
         """Whether a dict key names a secret field or holds a secret itself (memoised)."""

@@ -156,6 +156,26 @@ def test_redactors_with_the_same_rules_share_one_compiled_screen() -> None:
     assert first._scanner._fast is second._scanner._fast
 
 
+def test_scanners_of_candidate_rules_are_kept_and_redact_as_new_ones() -> None:
+    """A text's candidate rules get a scanner of their own, built once per set of rules (it
+    costs more than the search). Kept or rebuilt after the cache fills, it redacts what a
+    fresh redactor redacts: each text alone, in any order, many times."""
+    rules = [RedactionRule(f"r{i}", pattern=rf"tok{i:02d}_[a-z]{{8}}", needles=(f"tok{i:02d}_",))
+             for i in range(80)]
+    texts = [f"see tok{i:02d}_abcdefgh and tok{(i * 7) % 80:02d}_hgfedcba, then stop"
+             for i in range(80)]
+    kept = Redactor(rules=rules, key=b"k")
+    expected = [Redactor(rules=rules, key=b"k").redact_encoded([t])[0] for t in texts]
+    for _ in range(3):  # 80 sets of candidates: more than the cache holds, so it starts over
+        for text, want in zip(texts, expected, strict=True):
+            assert kept.redact_encoded([text])[0] == want
+            kept._clean.clear()  # no memo: the text is scanned again
+            kept._dirty.clear()
+    assert all("<secret:r" in w[0] and "tok" not in w[0] for w in expected)
+    candidates = kept._scanner.candidates(texts[1])
+    assert kept._scanner_of(candidates) is kept._scanner_of(list(candidates))
+
+
 def test_without_hyperscan_redaction_screens_in_python_with_the_same_result(
         tmp_path: Path) -> None:
     """Where no wheel of Hyperscan exists, it cannot be imported: recording still redacts."""
