@@ -28,9 +28,9 @@ from agentreplay_core._recorded_errors import error_to_record
 from agentreplay_core._redact import Redactor
 from agentreplay_core._step_chain import Captured, StepChain
 from agentreplay_core._vectors import embedding_output, step_vectors
-from agentreplay_core._writer import BatchedWriter, SealLater, Writer, step_counts
+from agentreplay_core._writer import BatchedWriter, Writer, step_counts
 from agentreplay_core._writer_sync import SyncWriter
-from agentreplay_core.stores._backend import RunFinish
+from agentreplay_core.stores._backend import RunFinish, SealLater
 
 log = logging.getLogger("agentreplay")
 T = TypeVar("T")
@@ -255,9 +255,9 @@ class Recorder:
         if isinstance(writer, BatchedWriter) and writer.seals_later:
             writer.submit_finish(SealLater(self.run_id, finish))
         else:
-            # This thread would only wait for the writer now: it makes the rows still queued,
-            # while the writer sends the batches already made (its waits on the database hold
-            # no GIL).
+            # More than a batch is queued: this thread would only wait for the writer now, so
+            # it makes the rows still queued while the writer sends the batches already made
+            # (its waits on the database hold no GIL).
             writer.submit_finish(finish())
         if not self._writer.wait_durable(timeout):
             log.error("agentreplay: run %s not fully written after %ss", self.run_id, timeout)

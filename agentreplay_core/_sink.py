@@ -23,7 +23,15 @@ from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_expone
 from agentreplay_core._delta import delta_base
 from agentreplay_core._model import Run
 from agentreplay_core._spool import Spool
-from agentreplay_core.stores._backend import EmbeddingRow, PendingStep, RunFinish, StoreBackend
+from agentreplay_core.stores._backend import (
+    EmbeddingRow,
+    PendingStep,
+    RunFinish,
+    SealLater,
+    StoreBackend,
+    made,
+    run_ids_of,
+)
 
 log = logging.getLogger("agentreplay")
 
@@ -141,13 +149,14 @@ class Sink:
                 self._rejected_runs.add(run.run_id)
 
     def write_group(self, run: Run | None, steps: Sequence[PendingStep],
-                    embeddings: Sequence[EmbeddingRow], finish: RunFinish | None) -> None:
+                    embeddings: Sequence[EmbeddingRow],
+                    finish: RunFinish | SealLater | None) -> None:
         """A run's row, steps (of any runs) and a seal, in this order. In one transaction
         where the backend can (`StoreBackend.write_group`) unless one of the runs is being
         spooled; if that fails, or otherwise, one by one with the usual retries, spooling
-        and rejection of single rows."""
+        and rejection of single rows. `steps` may be `LazyRows`, `finish` a `SealLater`."""
         self._unbase_lost(steps)
-        run_ids = {s.run_id for s in steps}
+        run_ids = run_ids_of(steps)
         run_ids.update(r.run_id for r in (run, finish) if r is not None)
         together = (self.backend.atomic_groups
                     and run_ids.isdisjoint(self._spooling)
@@ -170,8 +179,9 @@ class Sink:
             self.write_run(run)
         if steps:
             self.write_rows(steps, embeddings, retried=unsure)
-        if finish is not None:
-            self.write_finish(finish)
+        sealed = made(finish)
+        if sealed is not None:
+            self.write_finish(sealed)
 
     def write_rows(self, steps: Sequence[PendingStep], embeddings: Sequence[EmbeddingRow],
                    *, retried: bool = False) -> None:

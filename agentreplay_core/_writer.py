@@ -10,7 +10,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Sequence
 from typing import Literal, Union
 from uuid import UUID
 
@@ -19,30 +19,16 @@ from agentreplay_core._prepare_client import Prepare, PrepareClient, check_prepa
 from agentreplay_core._sink import Sink
 from agentreplay_core._step_chain import Captured
 from agentreplay_core._writer_sync import Settleable, SyncWriter
-from agentreplay_core.stores._backend import EmbeddingRow, PendingStep, RunFinish
+from agentreplay_core.stores._backend import (
+    EmbeddingRow,
+    LazyRows,
+    PendingStep,
+    RunFinish,
+    SealLater,
+    made,
+)
 
 log = logging.getLogger("agentreplay")
-
-
-class SealLater:
-    """A seal whose head checksum the writer computes when it reaches it: by then the run's
-    rows are made there (from the helper process's work), not in the sealing thread."""
-
-    __slots__ = ("make", "run_id")
-
-    def __init__(self, run_id: UUID, make: Callable[[], RunFinish]) -> None:
-        self.run_id = run_id
-        self.make = make
-
-
-def _resolved(finish: RunFinish | SealLater) -> RunFinish | None:
-    if isinstance(finish, RunFinish):
-        return finish
-    try:
-        return finish.make()
-    except Exception:  # never expected: the chain records its own failures
-        log.exception("agentreplay: run %s could not be sealed", finish.run_id)
-        return None
 
 
 _Item = Union[  # noqa: UP007 - a runtime alias; `|` between tuple types needs 3.10+ anyway
@@ -172,13 +158,18 @@ class BatchedWriter:
 
     @property
     def seals_later(self) -> bool:
-        """Whether a seal should be `SealLater`: the rows are made with the helper process."""
-        return self.helper is not None and self.helper.alive
+        """Whether a seal should be a `SealLater`, made when this writer reaches it: then
+        this thread makes the run's last rows while it sends the first of them (a short
+        run's server work overlaps their making), or the helper process has made them. Not
+        with more than a batch queued: the sealing thread, which would only wait, makes
+        those rows meanwhile."""
+        return (self.helper is not None and self.helper.alive) \
+            or len(self._items) <= self.max_batch
 
     def submit_finish(self, seal: RunFinish | SealLater) -> None:
         if self._put(("finish", seal)):
             return
-        finish = _resolved(seal)
+        finish = made(seal)
         if finish is None:
             return
         if self._closed:
@@ -227,11 +218,12 @@ class BatchedWriter:
             # seal or stop cuts the wait short)
             self._wake.wait(self.linger)
             self._wake.clear()
-        self._urgent = False
         batch: list[_Item] = []
         with contextlib.suppress(IndexError):
             while len(batch) < self.max_batch:
                 batch.append(items.popleft())
+        if not items:  # else a flush or seal may still wait behind this batch: no lingering
+            self._urgent = False
         with self._room:
             self._room.notify_all()
         return batch
@@ -301,7 +293,7 @@ class BatchedWriter:
             elif item[0] == "finish":
                 if group.finish is not None:
                     self._write(group)
-                group.finish = _resolved(item[1])
+                group.finish = item[1]  # a `SealLater` is made once the rows before it are
             else:
                 self._write(group)
                 if item[0] == "barrier":
@@ -315,13 +307,31 @@ class BatchedWriter:
         return False
 
     def _write(self, group: _Group) -> None:
-        """Make the rows of a group and write them; empties the group. A seal queued while
-        they were being made (the sealing thread makes them too) joins them: one commit."""
+        """Make the rows of a group and write them; empties the group."""
         if not (group.run or group.steps or group.finish):
             return
-        rows: list[PendingStep] = []
+        rows: Sequence[PendingStep]
         vectors: list[EmbeddingRow] = []
-        for step in group.steps:
+        steps = [s for s in group.steps if isinstance(s, Captured) and not s.vectors]
+        if group.finish is not None and steps and len(steps) == len(group.steps):
+            # the end of a run, whose seal waits for this commit: the rows are made while the
+            # first ones are sent (see `LazyRows`), so the server's work overlaps their making
+            rows = LazyRows({s.chain.run_id for s in steps}, len(steps),
+                            lambda i: steps[i].settle()[0])
+        else:
+            rows = self._made(group.steps, vectors)
+            if group.finish is None and rows:  # a seal queued while they were made joins them
+                group.finish = self._queued_seal(rows[-1].run_id)
+        try:
+            self.sink.write_group(group.run, rows, vectors, group.finish)
+        except Exception:  # the sink never raises; this is a last line of defence
+            log.exception("agentreplay: writer failed to write %d step(s)", len(rows))
+        group.run, group.steps, group.finish = None, [], None
+
+    @staticmethod
+    def _made(steps: list[Settleable], vectors: list[EmbeddingRow]) -> list[PendingStep]:
+        rows = []
+        for step in steps:
             try:
                 row, embeddings = step.settle()
             except Exception:  # settle never raises; this is a last line of defence
@@ -329,17 +339,16 @@ class BatchedWriter:
                 continue
             rows.append(row)
             vectors.extend(embeddings)
-        if group.finish is None and rows and self._items:
-            with contextlib.suppress(IndexError):  # only this thread takes items
-                first = self._items[0]
-                if first[0] == "finish" and first[1].run_id == rows[-1].run_id:
-                    self._items.popleft()
-                    group.finish = _resolved(first[1])
-        try:
-            self.sink.write_group(group.run, rows, vectors, group.finish)
-        except Exception:  # the sink never raises; this is a last line of defence
-            log.exception("agentreplay: writer failed to write %d step(s)", len(rows))
-        group.run, group.steps, group.finish = None, [], None
+        return rows
+
+    def _queued_seal(self, run_id: UUID) -> RunFinish | None:
+        """The seal at the head of the queue, if it seals `run_id` (whose rows are made)."""
+        with contextlib.suppress(IndexError):  # only this thread takes items
+            first = self._items[0]
+            if first[0] == "finish" and first[1].run_id == run_id:
+                self._items.popleft()
+                return made(first[1])
+        return None
 
 
 class _Group:
@@ -350,7 +359,7 @@ class _Group:
     def __init__(self) -> None:
         self.run: Run | None = None
         self.steps: list[Settleable] = []
-        self.finish: RunFinish | None = None
+        self.finish: RunFinish | SealLater | None = None
 
 
 Writer = Union[SyncWriter, BatchedWriter]  # noqa: UP007

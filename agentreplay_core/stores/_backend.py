@@ -7,12 +7,16 @@ replay live above it (`Recorder`, writers, `Player`), so a new backend is small.
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Iterator, Sequence, Set
 from dataclasses import dataclass
 from datetime import datetime
+from typing import overload
 from uuid import UUID
 
 from agentreplay_core._model import EmbeddingMatch, Run, RunStatus, Step
+
+log = logging.getLogger("agentreplay")
 
 
 @dataclass(slots=True)
@@ -67,6 +71,86 @@ class RunFinish:
     finished_at: datetime
 
 
+class SealLater:
+    """A seal made when its writer reaches it, after the rows written before it: a run's head
+    checksum needs every row of the run made, and a writer that makes them itself (or has
+    them made) need not wait for that before it starts writing. `make` returns None when
+    there turns out to be nothing to seal; it runs once (`made`), whoever asks first."""
+
+    __slots__ = ("_made", "_make", "run_id")
+
+    def __init__(self, run_id: UUID, make: Callable[[], RunFinish | None]) -> None:
+        self.run_id = run_id
+        self._make: Callable[[], RunFinish | None] | None = make
+        self._made: RunFinish | None = None
+
+    def made(self) -> RunFinish | None:
+        make, self._make = self._make, None
+        if make is not None:
+            try:
+                self._made = make()
+            except Exception:  # never expected: the chain records its own failures
+                log.exception("agentreplay: run %s could not be sealed", self.run_id)
+        return self._made
+
+
+def made(finish: RunFinish | SealLater | None) -> RunFinish | None:
+    """The seal itself: `finish`, or what a `SealLater` makes (once)."""
+    return finish.made() if isinstance(finish, SealLater) else finish
+
+
+class LazyRows(Sequence[PendingStep]):
+    """Rows made when first read, in step order (`make(i)` makes the `i`th). A backend that
+    streams them (PostgreSQL's COPY) sends the first rows while the next ones are still being
+    made, so that the server works on a group while the client makes the rest of it.
+    `run_ids` are known before any row is made."""
+
+    __slots__ = ("_count", "_make", "_rows", "run_ids")
+
+    def __init__(self, run_ids: Set[UUID], count: int,
+                 make: Callable[[int], PendingStep]) -> None:
+        self.run_ids = run_ids
+        self._count = count
+        self._make = make
+        self._rows: list[PendingStep] = []
+
+    def __len__(self) -> int:
+        return self._count
+
+    @property
+    def unmade(self) -> int:
+        """How many rows are still to be made."""
+        return self._count - len(self._rows)
+
+    @overload
+    def __getitem__(self, index: int) -> PendingStep: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[PendingStep]: ...
+
+    def __getitem__(self, index: int | slice) -> PendingStep | Sequence[PendingStep]:
+        last = self._count - 1 if isinstance(index, slice) else range(self._count)[index]
+        self._make_to(last)
+        return self._rows[index]
+
+    def __iter__(self) -> Iterator[PendingStep]:
+        rows = self._rows
+        for i in range(self._count):
+            if i == len(rows):  # else made already (read before, or by index)
+                rows.append(self._make(i))
+            yield rows[i]
+
+    def _make_to(self, last: int) -> None:
+        rows = self._rows
+        for i in range(len(rows), last + 1):
+            rows.append(self._make(i))
+
+
+def run_ids_of(steps: Sequence[PendingStep]) -> set[UUID]:
+    """The runs `steps` belong to, without making the rows of `LazyRows`."""
+    return set(steps.run_ids) if isinstance(steps, LazyRows) else {s.run_id for s in steps}
+
+
 class StoreBackend(abc.ABC):
     """Low-level storage of runs, steps and embedding vectors."""
 
@@ -99,16 +183,19 @@ class StoreBackend(abc.ABC):
     atomic_groups: bool = False
 
     def write_group(self, run: Run | None, steps: Sequence[PendingStep],
-                    embeddings: Sequence[EmbeddingRow], finish: RunFinish | None) -> None:
+                    embeddings: Sequence[EmbeddingRow],
+                    finish: RunFinish | SealLater | None) -> None:
         """A run's row, steps and a seal written together: all of them or none where
         `atomic_groups` is set (one commit for a short run instead of three), one by one
-        otherwise. A duplicate step is an error, as in `append`."""
+        otherwise. A duplicate step is an error, as in `append`. A `SealLater` is made
+        after the steps are written (they may be `LazyRows`)."""
         if run is not None:
             self.create_run(run)
         if steps or embeddings:
             self.append(steps, embeddings)
-        if finish is not None:
-            self.finish_run(finish)
+        sealed = made(finish)
+        if sealed is not None:
+            self.finish_run(sealed)
 
     @abc.abstractmethod
     def get_run(self, run_id: UUID) -> Run:

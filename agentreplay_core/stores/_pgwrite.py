@@ -25,9 +25,12 @@ from agentreplay_core._model import Run, RunStatus
 from agentreplay_core.stores import _sql
 from agentreplay_core.stores._backend import (
     EmbeddingRow,
+    LazyRows,
     PendingStep,
     RunFinish,
+    SealLater,
     StoreBackend,
+    made,
 )
 from agentreplay_core.stores._pgconn import Conn
 from agentreplay_core.stores._pgrows import (
@@ -36,6 +39,7 @@ from agentreplay_core.stores._pgrows import (
     step_values,
     vector_binary,
 )
+from agentreplay_core.stores._pgtext import text_step_rows
 
 #: batches up to this many steps (without vectors) are written with one INSERT, not COPY
 SMALL_BATCH = 8
@@ -79,33 +83,46 @@ class PostgresWrites(StoreBackend):
     atomic_groups = True
 
     def write_group(self, run: Run | None, steps: Sequence[PendingStep],
-                    embeddings: Sequence[EmbeddingRow], finish: RunFinish | None) -> None:
+                    embeddings: Sequence[EmbeddingRow],
+                    finish: RunFinish | SealLater | None) -> None:
         """All in one transaction, so one commit (one WAL flush to disk) for a short run:
         its row goes in sealed already when the seal is part of the group, and a few steps
-        go in one statement with the run's row or with its seal (one round trip)."""
+        go in one statement with the run's row or with its seal (one round trip).
+
+        `LazyRows` are made while the COPY sends them, and a `SealLater` after them: a run
+        sealed in the same group then has its row written after its steps (the transaction
+        makes the order invisible), so the server stores the first rows while the client
+        makes the last ones."""
         if run is None and finish is None:
             self.append(steps, embeddings)
             return
-        if run is not None and finish is not None and run.run_id == finish.run_id:
-            run = run.model_copy(update={
-                "status": RunStatus(finish.status), "step_count": finish.step_count,
-                "head_checksum": finish.head_checksum, "finished_at": finish.finished_at})
-            finish = None
         named = run or finish
         assert named is not None
         action = f"store run {named.run_id} with {len(steps)} step(s)"
         vectors = self._vector_rows(embeddings)
+        if len(steps) <= SMALL_BATCH or isinstance(finish, RunFinish):
+            finish = made(finish)  # few rows to make first, or none
+        if run is not None and isinstance(finish, RunFinish) and run.run_id == finish.run_id:
+            run, finish = _sealed_run(run, finish), None
         with self._connection(action, self.write_timeout, write=True) as conn:
             if len(steps) <= SMALL_BATCH and not vectors and (run is None or finish is None):
-                self._one_statement(conn, run, steps, finish)
+                self._one_statement(conn, run, steps, made(finish))
                 return
             with conn.transaction(), conn.cursor() as cur:
-                if run is not None:
+                # a run sealed later in this group: its row after its steps, sealed then
+                last = run is not None and isinstance(finish, SealLater) \
+                    and finish.run_id == run.run_id
+                if run is not None and not last:
                     cur.execute(self._query(conn, "run"), _run_values(run))
                 self._write_steps(cur, steps, vectors, idempotent=False)
-                if finish is not None:
-                    _sealed(cur.execute(self._query(conn, "seal"), _seal_values(finish)),
-                            finish)
+                sealed = made(finish)
+                if last and run is not None:
+                    if sealed is not None:
+                        run, sealed = _sealed_run(run, sealed), None
+                    cur.execute(self._query(conn, "run"), _run_values(run))
+                if sealed is not None:
+                    _sealed(cur.execute(self._query(conn, "seal"), _seal_values(sealed)),
+                            sealed)
 
     def _one_statement(self, conn: Conn, run: Run | None, steps: Sequence[PendingStep],
                        finish: RunFinish | None) -> None:
@@ -113,7 +130,10 @@ class PostgresWrites(StoreBackend):
         statement."""
         params = [v for s in steps for v in step_values(s)]
         n = len(steps)
-        if run is not None:
+        if run is None and finish is None:  # a seal made later that had nothing to seal
+            if n:
+                conn.execute(self._query(conn, "insert", n), params)
+        elif run is not None:
             conn.execute(self._query(conn, "run+steps", n) if n else self._query(conn, "run"),
                          [*_run_values(run), *params])
         elif finish is not None:
@@ -192,9 +212,15 @@ class PostgresWrites(StoreBackend):
         wrappers (~2 us of Python per row)."""
         if idempotent:
             cur.execute(_sql.create_stage_steps(self.schema))
+        zone = cur.connection.info.timezone
+        if not idempotent and isinstance(steps, LazyRows) and steps.unmade > SMALL_BATCH:
+            # most rows still to be made: the server stores the first ones meanwhile
+            with cur.copy(self._query(cur.connection, "copy, text")) as copy:
+                _write_chunks(copy, text_step_rows(steps, zone), "step")
+            return
         query = self._query(cur.connection, "copy, staged" if idempotent else "copy")
         with cur.copy(query) as copy:
-            _write_chunks(copy, binary_step_rows(steps, cur.connection.info.timezone), "step")
+            _write_chunks(copy, binary_step_rows(steps, zone), "step")
         if idempotent:
             cur.execute(_sql.merge_staged_steps(self.schema))
 
@@ -230,6 +256,13 @@ def _run_values(run: Run) -> tuple[Any, ...]:
     )  # fmt: skip
 
 
+def _sealed_run(run: Run, finish: RunFinish) -> Run:
+    """The run's row with its seal: written once instead of inserted and then updated."""
+    return run.model_copy(update={
+        "status": RunStatus(finish.status), "step_count": finish.step_count,
+        "head_checksum": finish.head_checksum, "finished_at": finish.finished_at})
+
+
 def _seal_values(finish: RunFinish) -> tuple[Any, ...]:
     return (
         RunStatus(finish.status).value, finish.step_count, finish.head_checksum,
@@ -251,6 +284,7 @@ _WRITES: dict[str, Callable[[str, int], sql.Composed]] = {
     _IDEMPOTENT_INSERT: lambda schema, rows: _sql.insert_steps(schema, rows, idempotent=True),
     "copy": lambda schema, _: _sql.copy_steps(schema),
     "copy, staged": lambda schema, _: _sql.copy_steps(schema, staged=True),
+    "copy, text": lambda schema, _: _sql.copy_steps(schema, text=True),
     "vectors": lambda schema, _: _sql.copy_vectors(schema),
     "vectors, staged": lambda schema, _: _sql.copy_vectors(schema, staged=True),
     "run+steps": _sql.insert_run_and_steps,

@@ -144,12 +144,16 @@ def test_a_lost_commit_answer_stores_nothing_twice(store: Store, pg_dsn: str,
     assert store.verify(rec.run_id).ok
 
 
+@pytest.mark.parametrize("flushed", [True, False])  # made before the COPY: binary; else text
 def test_naive_start_times_in_a_copy_read_as_the_server_reads_them(store: Store,
-                                                                   pg_dsn: str) -> None:
+                                                                   pg_dsn: str,
+                                                                   flushed: bool) -> None:
     naive = datetime(2024, 5, 1, 12, 30, 15, 250)
     with store.record(name="naive") as rec:
-        for i in range(20):  # a COPY, rendered in binary
+        for i in range(20):
             rec.record("tool", "t", {"i": i}, i, started_at=naive)
+        if flushed:
+            assert rec.flush()
     with psycopg.connect(pg_dsn) as conn:  # what PostgreSQL makes of a naive timestamp
         row = conn.execute("SELECT %s::timestamptz", (naive,)).fetchone()
     assert row is not None
