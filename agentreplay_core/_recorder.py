@@ -7,7 +7,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, TypeVar, cast
@@ -137,7 +137,7 @@ class Recorder:
     ) -> int | None:
         encoded_in = self._encode(input, "input")
         embedded = embedding_output(output) if kind == "embedding" and not is_error else None
-        encoded_out, vectors = embedded or (self._encode(output, "output"), [])
+        encoded_out, vectors = embedded or (self._encode(output, "output"), ())
         return self._append(kind, name, encoded_in, encoded_out, is_error, path, match_key,
                             started_at, duration_ms, vectors, caller_key=True)
 
@@ -156,7 +156,7 @@ class Recorder:
     def _append(
         self, kind: str, name: str, encoded_in: Any, encoded_out: Any, is_error: bool,
         path: str | None, match_key: str | None, started_at: datetime | None,
-        duration_ms: float, vectors: list[list[float]], *, caller_key: bool = False,
+        duration_ms: float, vectors: Sequence[list[float]], *, caller_key: bool = False,
     ) -> int | None:
         """Number the step and queue it; its row is made by `StepChain`, in step order."""
         kind = kind if kind in self._kinds else self._new_kind(kind)

@@ -15,7 +15,8 @@ import contextlib
 import logging
 import threading
 from collections import deque
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
@@ -53,13 +54,15 @@ class Captured:
     caller_key: bool
     started: datetime
     duration_ms: float
-    vectors: list[list[float]]
+    vectors: Sequence[list[float]]
     #: the stored values, when the helper process of `prepare="process"` made them
     prepared: Prepared | None = None
     row: PendingStep | None = None
-    embeddings: list[EmbeddingRow] = field(default_factory=list)
+    #: () until made: an empty list per queued step would be one more object for the
+    #: garbage collector to track while the step waits
+    embeddings: Sequence[EmbeddingRow] = ()
 
-    def settle(self) -> tuple[PendingStep, list[EmbeddingRow]]:
+    def settle(self) -> tuple[PendingStep, Sequence[EmbeddingRow]]:
         """The stored row and its vectors (made now, with every earlier step's, if need be)."""
         if self.row is None:
             self.chain.settle(self)
