@@ -100,8 +100,8 @@ class PostgresWrites(StoreBackend):
         assert named is not None
         action = f"store run {named.run_id} with {len(steps)} step(s)"
         vectors = self._vector_rows(embeddings)
-        if len(steps) <= SMALL_BATCH or isinstance(finish, RunFinish):
-            finish = made(finish)  # few rows to make first, or none
+        if len(steps) <= SMALL_BATCH:
+            finish = made(finish)  # few rows to make first
         if run is not None and isinstance(finish, RunFinish) and run.run_id == finish.run_id:
             run, finish = _sealed_run(run, finish), None
         with self._connection(action, self.write_timeout, write=True) as conn:
