@@ -312,8 +312,9 @@ class BatchedWriter:
             return
         rows: Sequence[PendingStep]
         vectors: list[EmbeddingRow] = []
-        steps = [s for s in group.steps if isinstance(s, Captured) and not s.vectors]
-        if group.finish is not None and steps and len(steps) == len(group.steps):
+        steps = [s for s in group.steps if isinstance(s, Captured) and not s.vectors] \
+            if group.finish is not None else []
+        if steps and len(steps) == len(group.steps):
             # the end of a run, whose seal waits for this commit: the rows are made while the
             # first ones are sent (see `LazyRows`), so the server's work overlaps their making
             rows = LazyRows({s.chain.run_id for s in steps}, len(steps),
