@@ -332,5 +332,3 @@ def _parses(text: str) -> bool:
     except ValueError:
         return False
     return True
-
-
