@@ -1,12 +1,13 @@
 """The PostgreSQL store backend (psycopg 3 + psycopg_pool).
 
 Steps arrive in batches and go in as `_pgwrite` says (one transaction per batch, one commit
-for a short run). Connection trouble
-surfaces as `DatabaseUnavailable` (a `StoreError`) naming the server, never as a raw driver or
-pool traceback. Every pooled session runs with a statement and a lock timeout, so a write
-stuck behind a table lock or a stalled server fails (`DatabaseTimeout`) and the recorder can
-retry and spool; reads that may legitimately run long lift the statement timeout for their
-own transaction. Usage::
+for a short run); runs and steps are read as `_pgread` says. This module holds what both use:
+the pool, the schema and the connections. Connection trouble surfaces as
+`DatabaseUnavailable` (a `StoreError`) naming the server, never as a raw driver or pool
+traceback. Every pooled session runs with a statement and a lock timeout, so a write stuck
+behind a table lock or a stalled server fails (`DatabaseTimeout`) and the recorder can retry
+and spool; reads that may legitimately run long lift the statement timeout for their own
+transaction. Usage::
 
     backend = PostgresBackend("postgresql://me@db.example/agents", schema="agentreplay")
     runs = backend.list_runs(limit=10)
@@ -16,22 +17,18 @@ own transaction. Usage::
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager, suppress
-from datetime import datetime
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from types import TracebackType
-from uuid import UUID
 
 import psycopg
 from psycopg import sql
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from agentreplay_core._errors import RunNotFound, StoreError
-from agentreplay_core._model import EmbeddingMatch, Run, RunStatus, Step
 from agentreplay_core.stores import _sql
 from agentreplay_core.stores._migrate import (
     apply_migrations,
@@ -50,31 +47,19 @@ from agentreplay_core.stores._pgconn import (
     explain_failure,
     redact_dsn,
 )
-from agentreplay_core.stores._pgrows import (
-    MAX_VECTOR_DIMS,
-    RowUnreadable,
-    can_stream_chunks,
-    fetch_rows,
-    fetch_steps,
-    gc_paused,
-    run_from_row,
-    stream_steps,
-    vector_text,
-)
+from agentreplay_core.stores._pgread import PostgresReads
+from agentreplay_core.stores._pgrows import vector_text
 from agentreplay_core.stores._pgwrite import PostgresWrites
 
 __all__ = ["DatabaseTimeout", "DatabaseUnavailable", "PostgresBackend", "vector_text"]
 
 log = logging.getLogger("agentreplay")
 
-_HEX_RE = re.compile(r"^[0-9a-f]{0,32}$")
-
-
 #: a pooled connection idle for longer than this is checked before it is handed out
 IDLE_CHECK_SECONDS = 1.0
 
 
-class PostgresBackend(PostgresWrites):
+class PostgresBackend(PostgresWrites, PostgresReads):
     """Runs, steps and vectors in a PostgreSQL schema.
 
     Args:
@@ -274,22 +259,6 @@ class PostgresBackend(PostgresWrites):
                 f"cannot {action} on {self.description}: {explain_failure(exc, self._dsn)}"
             ) from exc
 
-    @contextmanager
-    def _unlimited(self, action: str) -> Iterator[Conn]:
-        """A connection in a transaction without statement timeout, for reads (and deletes)
-        that may legitimately outlast the write timeout: a huge run, every run, a vector
-        scan. The lock timeout stays: a read stuck behind a table lock fails and says so."""
-        with self._connection(action) as conn:
-            # BEGIN and SET LOCAL in one round trip; the setting ends with the transaction.
-            conn.execute(_sql.begin_without_statement_timeout())
-            try:
-                yield conn
-            except BaseException:
-                with suppress(psycopg.Error):  # a broken connection is dropped by the pool
-                    conn.rollback()
-                raise
-            conn.commit()
-
     def is_permanent(self, error: BaseException) -> bool:
         """The server refused the data itself (SQLSTATE class 22 or 54, or 23 but for a
         duplicate key, which an idempotent retry resolves): retrying or spooling would fail
@@ -325,124 +294,6 @@ class PostgresBackend(PostgresWrites):
 
     def __repr__(self) -> str:
         return f"PostgresBackend({self.description!r}, schema={self.schema!r})"
-
-    # -- runs ------------------------------------------------------------------------------
-
-    def mark_incomplete(self, run_id: UUID) -> bool:
-        with self._connection(f"mark run {run_id} incomplete") as conn:
-            params = (RunStatus.INCOMPLETE.value, run_id, RunStatus.RECORDING.value)
-            if conn.execute(_sql.change_status(self.schema), params).rowcount:
-                return True
-            # Rare (a dead recorder found by a reader): a second look says which case it is.
-            if conn.execute(_sql.select_run(self.schema), (run_id,)).fetchone() is None:
-                raise RunNotFound(run_id)
-            return False
-
-    def get_run(self, run_id: UUID) -> Run:
-        with self._connection(f"read run {run_id}") as conn:
-            rows = fetch_rows(conn.execute(_sql.select_run(self.schema), (run_id,)), "runs")
-        if not rows:
-            raise RunNotFound(run_id)
-        return run_from_row(rows[0])
-
-    def list_runs(
-        self,
-        *,
-        name: str | None = None,
-        status: RunStatus | None = None,
-        since: datetime | None = None,
-        limit: int | None = None,
-        tag: str | None = None,
-        before: datetime | None = None,
-    ) -> list[Run]:
-        query, params = _sql.list_runs(
-            self.schema,
-            name=name,
-            status=None if status is None else RunStatus(status).value,
-            since=since,
-            limit=limit,
-            tag=tag,
-            before=before,
-        )
-        with self._unlimited("list runs") as conn:
-            rows = fetch_rows(conn.execute(query, params), "runs")
-        return [run_from_row(row) for row in rows]
-
-    def run_ids_like(self, prefix: str, limit: int = 5) -> list[UUID]:
-        """Run ids starting with `prefix` (hex digits, dashes ignored), for "did you mean"."""
-        digits = prefix.strip().lower().replace("-", "")
-        if limit <= 0 or not _HEX_RE.match(digits):
-            return []
-        low, high = UUID(digits.ljust(32, "0")), UUID(digits.ljust(32, "f"))
-        with self._connection("look up run ids") as conn:
-            rows = conn.execute(_sql.run_ids_between(self.schema), (low, high, limit)).fetchall()
-        return [row[0] for row in rows]
-
-    def delete_run(self, run_id: UUID) -> None:
-        """Delete a run's vectors, steps and row in one transaction (no-op if it is absent)."""
-        # Without a statement timeout: a huge run takes a while.
-        with self._unlimited(f"delete run {run_id}") as conn:
-            # Checked each time: another process may have added the table since this opened.
-            found = conn.execute(_sql.table_exists(), (self.schema, "embeddings")).fetchone()
-            if found and found[0]:
-                conn.execute(_sql.delete_rows(self.schema, "embeddings"), (run_id,))
-            conn.execute(_sql.delete_rows(self.schema, "run_log"), (run_id,))
-            conn.execute(_sql.delete_rows(self.schema, "runs"), (run_id,))
-
-    # -- steps and vectors ----------------------------------------------------------------
-
-    def load_steps(self, run_id: UUID) -> list[Step]:
-        """All steps as stored, unvalidated: verification reports tampered values. A row that
-        cannot be decoded at all raises `StoreError` naming its run and step. Inputs stored as
-        deltas come back whole (`agentreplay_core._delta`); one whose base is gone comes back
-        as an unencodable marker saying so, and fails verification.
-
-        The rows are read in the primary key's order (a sort of a long run's rows spills to
-        disk) and, where the driver can, streamed in chunks, parsed while the server sends the
-        next ones.
-        """
-        with gc_paused():
-            try:
-                steps, exists = self._read_steps(
-                    run_id, stream_steps if can_stream_chunks() else fetch_steps)
-            except RowUnreadable:  # the whole result at once names the row
-                steps, exists = self._read_steps(run_id, fetch_steps)
-        if not exists:  # no rows: an empty run, or no such run at all
-            raise RunNotFound(run_id)
-        return steps
-
-    def _read_steps(self, run_id: UUID,
-                    read: Callable[[Conn, sql.Composed, UUID], list[Step]]
-                    ) -> tuple[list[Step], bool]:
-        """A run's steps read in key order by `read`, and whether the run exists."""
-        with self._unlimited(f"load the steps of run {run_id}") as conn:
-            conn.execute(_sql.read_in_index_order())
-            steps = read(conn, _sql.load_steps(self.schema), run_id)
-            exists = bool(steps) or conn.execute(_sql.select_run(self.schema),
-                                                 (run_id,)).fetchone() is not None
-        return steps, exists
-
-    def search_embeddings(self, vector: Sequence[float], limit: int = 10) -> list[EmbeddingMatch]:
-        if self._vector_schema is None:
-            raise StoreError(
-                f"similarity search needs the pgvector extension, which the server at "
-                f"{self.description} does not have (schema {self.schema!r}). Install pgvector "
-                "(https://github.com/pgvector/pgvector) and reopen the store; vectors recorded "
-                "from then on become searchable. Replay does not need it."
-            )
-        text = vector_text(vector)
-        if text is None:
-            raise ValueError(
-                f"cannot search with this vector: it needs 1 to {MAX_VECTOR_DIMS} finite "
-                f"float32-range values (got {len(vector)} values)"
-            )
-        query = _sql.search_embeddings(self.schema, self._vector_schema)
-        with self._unlimited("search embeddings") as conn:
-            rows = conn.execute(query, (text, len(vector), max(0, limit))).fetchall()
-        return [
-            EmbeddingMatch(run_id=r[0], step=r[1], position=r[2], distance=r[3], name=r[4])
-            for r in rows
-        ]
 
     def server_endpoints(self) -> list[tuple[str, int]]:
         """TCP (host, port) pairs of the server, names and addresses; [] for Unix sockets."""

@@ -17,7 +17,7 @@ from psycopg import sql
 from agentreplay_core import _codec, open_store
 from agentreplay_core._errors import RunNotFound, StoreError
 from agentreplay_core._model import Run, RunStatus
-from agentreplay_core.stores import _postgres as postgres_module
+from agentreplay_core.stores import _pgread as postgres_module
 from agentreplay_core.stores._backend import EmbeddingRow, PendingStep, RunFinish
 from agentreplay_core.stores._pgconn import DatabaseUnavailable, dsn_endpoints, redact_dsn
 from agentreplay_core.stores._pgrows import STREAM_CHUNK, can_stream_chunks
