@@ -5,6 +5,9 @@
 - LlamaIndex: `MockLLM.chat` with no handler, with no-op event and span handlers on the root
   dispatcher, and inside `instrument(recorder)`.
 - The core: `Recorder.record` against the seed recorder's INSERT per step.
+- Documented, no target: both frameworks with a model that first waits `MODEL_WAIT` on its
+  "network" (the GIL free meanwhile), as a hosted model does: what recording adds to an
+  agent's call when its steps come one at a time, not in a burst.
 
 Before each measured block the writer's backlog from the previous block is flushed, outside
 the measurement, so that one variant's rows are never written on another's time. A block is
@@ -61,6 +64,9 @@ PROCESS_DURABLE_LI = "instrument(recorder), prepare=process, until durable"
 PROCESS_CORE = "Recorder.record, batched, prepare=process"
 #: calls per measured block (see the module's docstring)
 BLOCK = 1_000
+#: how long the waiting models wait per call (a hosted model takes 100 to 1,000 times this)
+MODEL_WAIT = 0.002
+WAITING = f"model waits {MODEL_WAIT * 1000:g} ms"
 
 
 @contextmanager
@@ -113,6 +119,7 @@ def _langchain(bench: Bench, store: Store, helped: Store) -> dict[str, Sample]:
     from langchain_core.callbacks import BaseCallbackHandler
     from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
     from langchain_core.messages import BaseMessage
+    from langchain_core.outputs import ChatResult
     from langchain_core.runnables import RunnableConfig
 
     from agentreplay_langchain import RecordingCallbackHandler
@@ -126,26 +133,40 @@ def _langchain(bench: Bench, store: Store, helped: Store) -> dict[str, Sample]:
                                 messages: list[list[BaseMessage]], **kwargs: Any) -> None:
             return None
 
+    class WaitingFakeChatModel(GenericFakeChatModel):
+        """Waits `MODEL_WAIT` before it answers, as a hosted model's call waits on the
+        network: the GIL is free meanwhile."""
+
+        def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                      run_manager: Any = None, **kwargs: Any) -> ChatResult:
+            time.sleep(MODEL_WAIT)
+            return super()._generate(messages, stop, run_manager, **kwargs)
+
     calls = bench.size(50, BLOCK)
     with store.record(name="langchain-caller") as rec, \
             helped.record(name="langchain-caller, prepare=process") as other:
         handler: RunnableConfig = {"callbacks": [RecordingCallbackHandler(rec)]}
         process: RunnableConfig = {"callbacks": [RecordingCallbackHandler(other)]}
-        configs: dict[str, tuple[RunnableConfig | None, str, Recorder]] = {
-            "no callbacks": (None, "", rec),
-            "no-op handler": ({"callbacks": [NoOpHandler()]}, "", rec),
-            "RecordingCallbackHandler": (handler, "", rec),
-            HELD: (handler, "held", rec),
-            DURABLE: (handler, "durable", rec),
-            PROCESS: (process, "", other),
-            PROCESS_DURABLE: (process, "durable", other),
+        no_op: RunnableConfig = {"callbacks": [NoOpHandler()]}
+        configs: dict[str, tuple[RunnableConfig | None, str, Recorder, bool]] = {
+            "no callbacks": (None, "", rec, False),
+            "no-op handler": (no_op, "", rec, False),
+            "RecordingCallbackHandler": (handler, "", rec, False),
+            HELD: (handler, "held", rec, False),
+            DURABLE: (handler, "durable", rec, False),
+            PROCESS: (process, "", other, False),
+            PROCESS_DURABLE: (process, "durable", other, False),
+            f"no-op handler, {WAITING}": (no_op, "", rec, True),
+            f"RecordingCallbackHandler, {WAITING}": (handler, "", rec, True),
         }
 
-        def block(config: RunnableConfig | None, how: str, into: Recorder
+        def block(config: RunnableConfig | None, how: str, into: Recorder, waits: bool
                   ) -> Callable[[], float]:
+            model_class = WaitingFakeChatModel if waits else GenericFakeChatModel
+
             def workload() -> tuple[Callable[[Any], object], Sequence[Any]]:
                 prompts, answers = langchain_chat(calls, fresh(calls))
-                model = GenericFakeChatModel(messages=iter(answers))
+                model = model_class(messages=iter(answers))
                 return lambda p: model.invoke(p, config=config), prompts
             return _block(into, store, workload, how, others=(rec, other))
 
@@ -200,25 +221,39 @@ def _llamaindex(bench: Bench, store: Store, helped: Store) -> dict[str, Sample]:
             root.event_handlers = [h for h in root.event_handlers if h is not events]
             root.span_handlers = [h for h in root.span_handlers if h is not spans]
 
+    class WaitingMockLLM(MockLLM):
+        """Waits `MODEL_WAIT` before it answers, as a hosted model's call waits on the
+        network: the GIL is free meanwhile."""
+
+        def _generate_text(self, length: int) -> str:
+            time.sleep(MODEL_WAIT)
+            return super()._generate_text(length)
+
     calls = bench.size(50, BLOCK)
     llm = MockLLM(max_tokens=ANSWER_CHARS // 5)  # "text " repeated: the answer's size
+    waiting = WaitingMockLLM(max_tokens=ANSWER_CHARS // 5)
     with store.record(name="llamaindex-caller") as rec, \
             helped.record(name="llamaindex-caller, prepare=process") as other:
-        attach: dict[str, tuple[Callable[[], AbstractContextManager[Any]], str, Recorder]] = {
-            "no handler": (nullcontext, "", rec),
-            "no-op handlers": (no_op_handlers, "", rec),
-            "instrument(recorder)": (lambda: instrument(rec), "", rec),
-            HELD_LI: (lambda: instrument(rec), "held", rec),
-            DURABLE_LI: (lambda: instrument(rec), "durable", rec),
-            PROCESS_LI: (lambda: instrument(other), "", other),
-            PROCESS_DURABLE_LI: (lambda: instrument(other), "durable", other),
+        attach: dict[str, tuple[Callable[[], AbstractContextManager[Any]], str, Recorder,
+                                MockLLM]] = {
+            "no handler": (nullcontext, "", rec, llm),
+            "no-op handlers": (no_op_handlers, "", rec, llm),
+            "instrument(recorder)": (lambda: instrument(rec), "", rec, llm),
+            HELD_LI: (lambda: instrument(rec), "held", rec, llm),
+            DURABLE_LI: (lambda: instrument(rec), "durable", rec, llm),
+            PROCESS_LI: (lambda: instrument(other), "", other, llm),
+            PROCESS_DURABLE_LI: (lambda: instrument(other), "durable", other, llm),
+            f"no-op handlers, {WAITING}": (no_op_handlers, "", rec, waiting),
+            f"instrument(recorder), {WAITING}": (lambda: instrument(rec), "", rec, waiting),
         }
 
-        def workload() -> tuple[Callable[[Any], object], Sequence[Any]]:
-            return llm.chat, llamaindex_chat(calls, fresh(calls))
+        def workload_of(model: MockLLM) -> Workload:
+            return lambda: (model.chat, llamaindex_chat(calls, fresh(calls)))
 
-        return interleave({name: _block(into, store, workload, how, attached, (rec, other))
-                           for name, (attached, how, into) in attach.items()}, bench.repeats)
+        return interleave({name: _block(into, store, workload_of(model), how, attached,
+                                        (rec, other))
+                           for name, (attached, how, into, model) in attach.items()},
+                          bench.repeats)
 
 
 def _core(bench: Bench, store: Store, helped: Store) -> dict[str, Sample]:
@@ -253,6 +288,21 @@ def _core(bench: Bench, store: Store, helped: Store) -> dict[str, Sample]:
     timed["Recorder.record, batched: CPU of all threads until durable"] = Sample(tuple(cpu))
     timed[f"{PROCESS_CORE}: CPU of both processes until durable"] = Sample(tuple(helped_cpu))
     return timed
+
+
+def _added(framework: str, samples: dict[str, Sample], baseline: str, recording: str
+           ) -> Target:
+    """What recording adds to a call whose model waits `MODEL_WAIT`, against what it adds
+    to one that does not wait (documented). On a virtual machine the waits cost more than
+    their CPU: a thread woken after an idle spell (the agent's after its model's wait, the
+    writer's per step) runs slower for a while, and each step then goes in alone, in a
+    transaction of its own (see RESULTS.md)."""
+    waits = (samples[f"{recording}, {WAITING}"].median
+             - samples[f"{baseline}, {WAITING}"].median)
+    busy = samples[recording].median - samples[baseline].median
+    return Target(f"{framework}, {WAITING}: what recording adds to a call (documented)",
+                  waits * 1e6, None, " us",
+                  detail=f"{busy * 1e6:.0f} us when the model does not wait")
 
 
 def helper_cpu(store: Store) -> float:
@@ -293,6 +343,8 @@ def run(bench: Bench) -> list[Target]:
                detail="all of the writer's work on the block's rows is inside the time"),
         Target("LlamaIndex: chat until durable vs no-op handlers (documented)",
                ratio(li[DURABLE_LI], li["no-op handlers"]), None),
+        _added("LangChain", lc, "no-op handler", "RecordingCallbackHandler"),
+        _added("LlamaIndex", li, "no-op handlers", "instrument(recorder)"),
         Target("Caller latency per step: seed recorder / agentreplay batched",
                ratio(seed, ours), SEED_FACTOR, higher_is_better=True,
                detail=f"{ours.median * 1e6:.0f} us vs {seed.median * 1e6:.0f} us"),
