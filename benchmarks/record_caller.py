@@ -7,7 +7,8 @@
 - The core: `Recorder.record` against the seed recorder's INSERT per step.
 - Documented, no target: both frameworks with a model that first waits `MODEL_WAIT` on its
   "network" (the GIL free meanwhile), as a hosted model does: what recording adds to an
-  agent's call when its steps come one at a time, not in a burst.
+  agent's call when its steps come one at a time, not in a burst (blocks of a quarter of
+  the calls: each call takes ten times as long).
 
 Before each measured block the writer's backlog from the previous block is flushed, outside
 the measurement, so that one variant's rows are never written on another's time. A block is
@@ -66,6 +67,8 @@ PROCESS_CORE = "Recorder.record, batched, prepare=process"
 BLOCK = 1_000
 #: how long the waiting models wait per call (a hosted model takes 100 to 1,000 times this)
 MODEL_WAIT = 0.002
+#: a waiting model's block is this share of `BLOCK`: its calls take ten times as long
+WAITING_SHARE = 4
 WAITING = f"model waits {MODEL_WAIT * 1000:g} ms"
 
 
@@ -163,9 +166,10 @@ def _langchain(bench: Bench, store: Store, helped: Store) -> dict[str, Sample]:
         def block(config: RunnableConfig | None, how: str, into: Recorder, waits: bool
                   ) -> Callable[[], float]:
             model_class = WaitingFakeChatModel if waits else GenericFakeChatModel
+            count = calls // WAITING_SHARE if waits else calls
 
             def workload() -> tuple[Callable[[Any], object], Sequence[Any]]:
-                prompts, answers = langchain_chat(calls, fresh(calls))
+                prompts, answers = langchain_chat(count, fresh(count))
                 model = model_class(messages=iter(answers))
                 return lambda p: model.invoke(p, config=config), prompts
             return _block(into, store, workload, how, others=(rec, other))
@@ -248,7 +252,8 @@ def _llamaindex(bench: Bench, store: Store, helped: Store) -> dict[str, Sample]:
         }
 
         def workload_of(model: MockLLM) -> Workload:
-            return lambda: (model.chat, llamaindex_chat(calls, fresh(calls)))
+            count = calls // WAITING_SHARE if model is waiting else calls
+            return lambda: (model.chat, llamaindex_chat(count, fresh(count)))
 
         return interleave({name: _block(into, store, workload_of(model), how, attached,
                                         (rec, other))
