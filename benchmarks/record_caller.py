@@ -299,9 +299,9 @@ def _added(framework: str, samples: dict[str, Sample], baseline: str, recording:
            ) -> Target:
     """What recording adds to a call whose model waits `MODEL_WAIT`, against what it adds
     to one that does not wait (documented). On a virtual machine the waits cost more than
-    their CPU: a thread woken after an idle spell (the agent's after its model's wait, the
-    writer's per step) runs slower for a while, and each step then goes in alone, in a
-    transaction of its own (see RESULTS.md)."""
+    they seem to: each wake-up after an idle spell costs CPU (the agent's after its model's
+    wait, the writer's for each step), and each step then goes in alone, in a transaction of
+    its own (see RESULTS.md)."""
     waits = (samples[f"{recording}, {WAITING}"].median
              - samples[f"{baseline}, {WAITING}"].median)
     busy = samples[recording].median - samples[baseline].median
