@@ -4,11 +4,13 @@ timeouts, TCP keepalives, the send buffer of a local socket)."""
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import math
 import os
 import re
 import socket
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -18,11 +20,13 @@ from psycopg.conninfo import conninfo_to_dict
 
 from agentreplay_core._errors import StoreError
 from agentreplay_core.stores import _sql
+from agentreplay_core.stores._backend import StoreBackend
 
 __all__ = [
     "Conn",
     "DatabaseTimeout",
     "DatabaseUnavailable",
+    "PostgresPart",
     "SessionLimits",
     "configure",
     "connect",
@@ -35,6 +39,18 @@ __all__ = [
 ]
 
 Conn = psycopg.Connection[Any]
+
+
+class PostgresPart(StoreBackend):
+    """What `PostgresBackend`'s read and write halves (`_pgread`, `_pgwrite`) take from it:
+    its schema and its connections."""
+
+    schema: str
+
+    @abc.abstractmethod
+    def _connection(self, action: str, timeout: float | None = None,
+                    *, write: bool = False) -> AbstractContextManager[Conn]:
+        """A pooled connection; errors become `StoreError`s naming `action`."""
 
 
 class DatabaseUnavailable(StoreError, ConnectionError):

@@ -7,10 +7,9 @@ stuck behind a table lock fails and says so instead of hanging.
 
 from __future__ import annotations
 
-import abc
 import re
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, suppress
+from contextlib import contextmanager, suppress
 from datetime import datetime
 from uuid import UUID
 
@@ -20,8 +19,7 @@ from psycopg import sql
 from agentreplay_core._errors import RunNotFound, StoreError
 from agentreplay_core._model import EmbeddingMatch, Run, RunStatus, Step
 from agentreplay_core.stores import _sql
-from agentreplay_core.stores._backend import StoreBackend
-from agentreplay_core.stores._pgconn import Conn
+from agentreplay_core.stores._pgconn import Conn, PostgresPart
 from agentreplay_core.stores._pgrows import (
     MAX_VECTOR_DIMS,
     RowUnreadable,
@@ -37,17 +35,11 @@ from agentreplay_core.stores._pgrows import (
 _HEX_RE = re.compile(r"^[0-9a-f]{0,32}$")
 
 
-class PostgresReads(StoreBackend):
+class PostgresReads(PostgresPart):
     """The read half of `PostgresBackend`."""
 
-    schema: str
     #: the schema of the pgvector extension, None without it
     _vector_schema: str | None
-
-    @abc.abstractmethod
-    def _connection(self, action: str, timeout: float | None = None,
-                    *, write: bool = False) -> AbstractContextManager[Conn]:
-        """A pooled connection; errors become `StoreError`s naming `action`."""
 
     @contextmanager
     def _unlimited(self, action: str) -> Iterator[Conn]:

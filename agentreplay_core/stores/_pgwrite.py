@@ -9,10 +9,8 @@ one multi-row INSERT, and more as one binary COPY.
 
 from __future__ import annotations
 
-import abc
 import struct
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager
 from typing import Any
 from uuid import UUID
 
@@ -29,10 +27,9 @@ from agentreplay_core.stores._backend import (
     PendingStep,
     RunFinish,
     SealLater,
-    StoreBackend,
     made,
 )
-from agentreplay_core.stores._pgconn import Conn
+from agentreplay_core.stores._pgconn import Conn, PostgresPart
 from agentreplay_core.stores._pgrows import (
     binary_step_rows,
     binary_vector_rows,
@@ -45,19 +42,13 @@ from agentreplay_core.stores._pgtext import text_step_rows
 SMALL_BATCH = 8
 
 
-class PostgresWrites(StoreBackend):
+class PostgresWrites(PostgresPart):
     """The write half of `PostgresBackend`."""
 
-    schema: str
     has_pgvector: bool
     #: how long a recorder's write waits for a connection
     write_timeout: float
     _rendered: dict[tuple[str, int], str]
-
-    @abc.abstractmethod
-    def _connection(self, action: str, timeout: float | None = None,
-                    *, write: bool = False) -> AbstractContextManager[Conn]:
-        """A pooled connection; errors become `StoreError`s naming `action`."""
 
     def _query(self, conn: Conn, name: str, rows: int = 0) -> str:
         """A write statement of `_sql` (`rows` steps) rendered for this server. Rendering a
