@@ -8,6 +8,7 @@ helper process of `prepare="process"` (`_prepare_helper`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from agentreplay_core._codec import canonical_bytes, unencodable_marker
@@ -19,6 +20,30 @@ from agentreplay_core._redact import Redactor
 #: the largest step (bytes of canonical JSON) screened for secrets from its JSON; a larger one
 #: is mostly history the redactor has screened before, which its walk skips (`_redact_json`)
 _SCAN_LIMIT = 16_384
+
+
+#: a step's canonical input and output, and whether they may hold a secret (None: not known)
+Screened = tuple[bytes, bytes, bool | None]
+
+
+def screen_ahead(redactor: Redactor, steps: Sequence[tuple[Any, Any]],
+                 max_bytes: int) -> list[Screened]:
+    """The canonical input and output of the first steps (encoded trees) until they hold
+    `max_bytes`, and the screen's verdict of each from one scan of them all
+    (`Redactor.screen_each`) where it has one. Steps too big for the screen get none: they
+    are walked anyway."""
+    made: list[tuple[bytes, bytes]] = []
+    size = 0
+    for encoded_in, encoded_out in steps:
+        if size > max_bytes:
+            break
+        made.append((canonical_bytes(encoded_in), canonical_bytes(encoded_out)))
+        size += len(made[-1][0]) + len(made[-1][1])
+    small = [n for n, (i, o) in enumerate(made) if len(i) + len(o) <= _SCAN_LIMIT]
+    verdicts = redactor.screen_each([made[n][0] + b" " + made[n][1] for n in small]) \
+        if len(small) > 1 else None
+    decided: dict[int, bool | None] = dict(zip(small, verdicts, strict=True)) if verdicts else {}
+    return [(i, o, decided.get(n)) for n, (i, o) in enumerate(made)]
 
 
 class Prepared(NamedTuple):
@@ -50,17 +75,24 @@ def _oversized_marker(data: bytes, limit: int, where: str, type_name: str) -> by
 
 def prepare_step(redactor: Redactor | None, deltas: DeltaEncoder, limit: int, number: int,
                  kind: str, name: str, encoded_in: Any, encoded_out: Any,
-                 match_key: str | None, caller_key: bool) -> Prepared:
+                 match_key: str | None, caller_key: bool,
+                 screened: Screened | None = None) -> Prepared:
     """Redacted canonical input and output, the match key, and the input's compact stored
-    form when it repeats an earlier step's conversation (see `DeltaEncoder`).
+    form when it repeats an earlier step's conversation (see `DeltaEncoder`). `screened`:
+    the canonical input and output made already, with the screen's verdict if known
+    (`screen_ahead`).
 
     Raises whatever redaction or encoding raises; the delta encoder then has not taken the
     step as a base.
     """
-    input_json = canonical_bytes(encoded_in)
-    output_json = canonical_bytes(encoded_out)
+    if screened is None:
+        input_json, output_json, verdict = canonical_bytes(encoded_in), \
+            canonical_bytes(encoded_out), None
+    else:
+        input_json, output_json, verdict = screened
     if redactor is not None and (len(input_json) + len(output_json) > _SCAN_LIMIT
-                                 or redactor.may_hold_secrets(input_json, output_json)):
+                                 or (redactor.may_hold_secrets(input_json, output_json)
+                                     if verdict is None else verdict)):
         (encoded_in, encoded_out), changed = redactor.redact_trees((encoded_in, encoded_out))
         if changed[0]:
             input_json = canonical_bytes(encoded_in)

@@ -218,10 +218,22 @@ class Redactor:
         """False only if redacting the trees whose canonical JSON is `canonical` would change
         nothing: one Hyperscan pass over the bytes instead of walking the trees (see
         `_redact_json`). True where it cannot tell: then `redact_trees` decides."""
-        screen = self._json_screen
-        if screen is False:
-            screen = self._json_screen = json_screen(self.rules)
+        screen = self._screen()
         return screen is None or screen.may_hold_secrets(canonical)
+
+    def screen_each(self, pieces: Sequence[bytes]) -> list[bool | None] | None:
+        """`may_hold_secrets(piece)` of each piece (canonical JSON, a step's input and output
+        joined by a space) where one scan of them all decides it, else None for the piece;
+        None for all when there is no screen, or a subclass screens in its own way."""
+        if type(self).may_hold_secrets is not Redactor.may_hold_secrets:
+            return None
+        screen = self._screen()
+        return None if screen is None else screen.screen_each(pieces)
+
+    def _screen(self) -> JsonScreen | None:
+        if self._json_screen is False:
+            self._json_screen = json_screen(self.rules)
+        return self._json_screen
 
     def redact_encoded(self, tree: Json) -> tuple[Json, bool]:
         """An encoded tree (as `encode` returns it) redacted, and whether anything changed."""

@@ -41,6 +41,8 @@ def _hyperscan() -> Any:
 
 
 hyperscan = _hyperscan()
+#: what a scan raises when its match handler asked it to stop
+_TERMINATED: type[Exception] | tuple[()] = hyperscan.ScanTerminated if hyperscan else ()
 
 #: the characters other than ASCII ones whose lower-case form holds ASCII (İ, the Kelvin sign)
 LOWER_TO_ASCII = ("\u0130", "\u212a")
@@ -79,14 +81,17 @@ class Compiled:
         self._database = database
         self._local = threading.local()
 
-    def scanned(self, data: bytes, on_match: Callable[..., None]) -> bool:
-        """Scan `data`, calling `on_match(id, start, end, flags, context)` for each match;
-        False if Hyperscan failed (then nothing can be concluded from the matches)."""
+    def scanned(self, data: bytes, on_match: Callable[..., bool | None]) -> bool:
+        """Scan `data`, calling `on_match(id, start, end, flags, context)` for each match
+        until it returns True; False if Hyperscan failed (then nothing can be concluded from
+        the matches)."""
         try:
             scratch = getattr(self._local, "scratch", None)
             if scratch is None:
                 scratch = self._local.scratch = self._database.scratch.clone()
             self._database.scan(data, match_event_handler=on_match, scratch=scratch)
+        except _TERMINATED:  # `on_match` stopped the scan: what it saw is the answer
+            return True
         except Exception:  # the caller falls back on what needs no Hyperscan
             return False
         return True

@@ -26,7 +26,9 @@ no Hyperscan, makes the answer always "maybe".
 
 from __future__ import annotations
 
+import bisect
 import functools
+import itertools
 import re
 from collections.abc import Sequence
 
@@ -51,6 +53,9 @@ FOLDS_TO_ASCII = ("\u0130", "\u0131", "\u017f", "\u212a")
 _TAG_START = b'"' + TAG.encode() + b'":"'
 _TAG_ID = 0
 _SAFE_TAGS = frozenset(t.encode() for t in PLAIN_TAGS | OPAQUE_TAGS)
+#: alarms after which a batch scan stops (each is a call back into Python, with the GIL)
+_MOST_ALARMS = 16
+_SINGLEMATCH = hyperscan.HS_FLAG_SINGLEMATCH if hyperscan is not None else 0
 #: a field regex whose meaning on JSON bytes is its meaning on a key: ASCII letters, digits,
 #: `_`, `-`, groups, alternatives, optional parts, classes of those, and escaped punctuation
 #: that JSON leaves as it is (all but `"` and `\`)
@@ -101,8 +106,12 @@ def _rule_patterns(rule: RedactionRule) -> list[tuple[bytes, bool]] | None:
 class JsonScreen:
     """The JSON screen for one set of rules."""
 
-    def __init__(self, database: Compiled) -> None:
+    def __init__(self, database: Compiled,
+                 patterns: Sequence[tuple[bytes, int]] = ()) -> None:
         self._database = database
+        #: (expression, flags) of `database`, for the batch screen's database
+        self._patterns = tuple(patterns)
+        self._every: Compiled | bool | None = False  # False: not compiled yet
 
     def may_hold_secrets(self, canonical: Sequence[bytes]) -> bool:
         """False only if redacting the trees whose canonical JSON is `canonical` changes
@@ -111,12 +120,60 @@ class JsonScreen:
         alarms: list[int] = []
 
         def found(match_id: int, _start: int, end: int, *_: object) -> None:
-            # a tag is an alarm only if the walk must decode its value (bytes, ...)
-            if match_id != _TAG_ID or data[end:data.find(b'"', end)] not in _SAFE_TAGS:
+            if _alarms(data, match_id, end):
                 alarms.append(match_id)
 
         # a failed scan proves nothing: walk the trees
         return not self._database.scanned(data, found) or bool(alarms)
+
+    def screen_each(self, pieces: Sequence[bytes]) -> list[bool | None]:
+        """`may_hold_secrets([piece])` of each piece, from one scan of them all; None for a
+        piece the scan could not decide (`may_hold_secrets` decides it then).
+
+        A scan releases the GIL, and the thread that takes it meanwhile (the agent's) keeps it
+        until the scanning thread forces a switch back: each scan costs the agent a switch of
+        threads, more than the scan itself. One scan for many steps costs one.
+
+        The pieces are scanned joined by spaces, with a database that reports every match
+        (the single-match flags of the step's screen would hide a later piece's match behind an
+        earlier one's). Every pattern matches the same bytes wherever they stand (no anchors,
+        no assertions), so each piece gets every match it would alone; a match across two
+        pieces is only a false alarm, for the piece its last byte is in. Matches come in no
+        guaranteed order: after too many alarms the scan stops, and the pieces it did not
+        flag are left undecided.
+        """
+        every = self._every_match()
+        if every is None or not pieces:
+            return [None] * len(pieces)
+        data = b" ".join(pieces)
+        starts = list(itertools.accumulate((len(p) + 1 for p in pieces[:-1]), initial=0))
+        flagged: set[int] = set()
+        halted = False
+
+        def found(match_id: int, _start: int, end: int, *_: object) -> bool:
+            nonlocal halted
+            if _alarms(data, match_id, end):
+                # the piece holding the match's last byte (a separator: the piece before it)
+                flagged.add(bisect.bisect_right(starts, end - 1) - 1)
+                halted = len(flagged) >= _MOST_ALARMS
+            return halted
+
+        if not every.scanned(data, found):
+            return [None] * len(pieces)
+        undecided = None if halted else False
+        return [True if i in flagged else undecided for i in range(len(pieces))]
+
+    def _every_match(self) -> Compiled | None:
+        if self._every is False:
+            self._every = compiled([(e, f & ~_SINGLEMATCH) for e, f in self._patterns]) \
+                if self._patterns and hyperscan is not None else None
+        return self._every if isinstance(self._every, Compiled) else None
+
+
+def _alarms(data: bytes, match_id: int, end: int) -> bool:
+    """Whether a match is one the walk must look at: any but a tag whose value the walk
+    leaves as it is."""
+    return match_id != _TAG_ID or data[end:data.find(b'"', end)] not in _SAFE_TAGS
 
 
 @functools.lru_cache(maxsize=16)
@@ -135,4 +192,4 @@ def json_screen(rules: tuple[RedactionRule, ...]) -> JsonScreen | None:
             return None
         patterns += [(p, single | caseless if c else single) for p, c in found]
     database = compiled(patterns)
-    return None if database is None else JsonScreen(database)
+    return None if database is None else JsonScreen(database, patterns)

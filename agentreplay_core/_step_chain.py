@@ -26,7 +26,7 @@ from agentreplay_core._delta import DeltaEncoder
 from agentreplay_core._errors import SerializationError
 from agentreplay_core._integrity import GENESIS, chain_next, step_payload
 from agentreplay_core._keys import match_key_of_canonical
-from agentreplay_core._prepare import Prepared, prepare_step
+from agentreplay_core._prepare import Prepared, Screened, prepare_step, screen_ahead
 from agentreplay_core.stores._backend import EmbeddingRow, PendingStep
 
 if TYPE_CHECKING:
@@ -34,6 +34,11 @@ if TYPE_CHECKING:
     from agentreplay_core._redact import Redactor
 
 log = logging.getLogger("agentreplay")
+
+#: steps screened for secrets in one scan, at most, and the canonical JSON they may hold
+#: (made ahead of their turn, and kept until it comes)
+_SCREEN_AHEAD = 64
+_SCREEN_AHEAD_BYTES = 256 * 1024
 
 
 @dataclass(eq=False)
@@ -57,6 +62,9 @@ class Captured:
     vectors: Sequence[list[float]]
     #: the stored values, when the helper process of `prepare="process"` made them
     prepared: Prepared | None = None
+    #: the canonical input and output and the secret screen's verdict, made with the steps
+    #: queued behind it (`StepChain._screen_ahead`)
+    screened: Screened | None = None
     row: PendingStep | None = None
     #: () until made: an empty list per queued step would be one more object for the
     #: garbage collector to track while the step waits
@@ -106,7 +114,30 @@ class StepChain:
         recorder = self._recorder
         return prepare_step(recorder.redactor, self._deltas, recorder.max_value_bytes,
                             step.number, step.kind, step.name, step.encoded_in,
-                            step.encoded_out, step.match_key, step.caller_key)
+                            step.encoded_out, step.match_key, step.caller_key, step.screened)
+
+    def _screen_ahead(self, step: Captured) -> None:
+        """Screen `step` and the steps queued behind it for secrets in one scan (see
+        `JsonScreen.screen_each`: one scan a step would cost the agent a switch of threads
+        each). Called under the lock; the queue only grows meanwhile."""
+        redactor = self.redactor
+        if redactor is None or step.prepared is not None or step.screened is not None:
+            return
+        waiting = self._waiting
+        batch = [step]
+        for n in range(min(len(waiting), _SCREEN_AHEAD - 1)):
+            later = waiting[n]
+            if later.prepared is None and later.screened is None:
+                batch.append(later)
+        if len(batch) < 2:
+            return
+        try:
+            screened = screen_ahead(redactor, [(s.encoded_in, s.encoded_out) for s in batch],
+                                    _SCREEN_AHEAD_BYTES)
+        except Exception:  # each step is prepared on its own then, and its error reported
+            return
+        for later, made in zip(batch, screened, strict=False):  # a prefix of the batch
+            later.screened = made
 
     def add(self, step: Captured) -> None:
         """Queue a step; the recorder calls this in step order (under its own lock)."""
@@ -130,6 +161,8 @@ class StepChain:
                 self._settle(self._waiting.popleft())
 
     def _settle(self, step: Captured) -> None:
+        if step.screened is None:
+            self._screen_ahead(step)
         try:
             input_json, output_json, key, stored_in = self._stored(step)
         except Exception as exc:  # never leave a hole in the chain: store why instead
@@ -150,7 +183,7 @@ class StepChain:
         if step.vectors:
             step.embeddings = [EmbeddingRow(self.run_id, step.number, i, v)
                                for i, v in enumerate(step.vectors)]
-        step.encoded_in = step.encoded_out = step.prepared = None
+        step.encoded_in = step.encoded_out = step.prepared = step.screened = None
         self.head = digest
 
     def _stored(self, step: Captured) -> tuple[bytes, bytes, str, bytes | None]:
