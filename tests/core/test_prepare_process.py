@@ -20,7 +20,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from agentreplay_core import Recorder, Store, open_store
+from agentreplay_core import Recorder, Redactor, Store, open_store
 from tests.support.helper_process import helper_of, wait_until_used
 
 #: the columns that must not differ between the two ways of preparing a step (the times do)
@@ -325,3 +325,31 @@ def test_a_forked_child_does_not_keep_the_helper_alive(
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(parent.pid, signal.SIGKILL)
+
+
+def test_batches_the_writer_prepares_itself_are_redacted_as_the_helper_does(
+    pg_dsn: str, pg_schema: str, other_schema: str, spool_dir: Path
+) -> None:
+    """The writer thread screens the batches it prepares itself (in bulk) a window at a time;
+    secrets among them are stored as the helper and the writer thread alone store them."""
+    run_id = uuid.uuid4()
+    steps = [({"content": f"question {i} " + "words " * 100},
+              {"content": f"answer {i}" + (f" my key is sk-{i:04d}{'Ab3' * 14}" if i % 13 == 0
+                                           else "")}) for i in range(4_000)]
+    checksums = {}
+    for schema, prepare in ((pg_schema, "thread"), (other_schema, "process")):
+        with open_store(pg_dsn, schema=schema, hmac_key=b"k", spool_dir=spool_dir,
+                        prepare=prepare, redaction=Redactor(key=b"r" * 32)) as store:
+            helper = wait_until_used(store) if prepare == "process" else None
+            before = helper.prepared if helper is not None else 0
+            with store.record(name="bulk secrets", run_id=run_id) as rec:
+                for request, response in steps:
+                    rec.record("llm", "chat", request, response)
+            assert store.verify(run_id).ok
+            outputs = [s.output["content"] for s in store.load_steps(run_id)]
+            assert not any("Ab3Ab3" in o for o in outputs)
+            assert sum("<secret:" in o for o in outputs) == len(range(0, 4_000, 13))
+            checksums[prepare] = [row[-1] for row in stored_rows(pg_dsn, schema, run_id)]
+            if helper is not None:
+                assert 0 < helper.prepared - before < len(steps)  # the writer did some itself
+    assert checksums["process"] == checksums["thread"]
