@@ -263,32 +263,56 @@ def bulk_steps(count: int) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     return steps
 
 
-def test_a_bulk_recording_shares_the_work_and_stores_the_same_run(
-    pg_dsn: str, pg_schema: str, other_schema: str, spool_dir: Path
-) -> None:
-    """Steps queued faster than the helper prepares them: the writer thread prepares some
-    batches itself. Each part of the run is delta-encoded on its own side; every step must
-    still load as recorded and carry the checksum the writer thread alone gives it."""
-    run_id, steps = uuid.uuid4(), bulk_steps(4_000)
-    checksums = {}
-    for schema, prepare in ((pg_schema, "thread"), (other_schema, "process")):
+def recorded_both_ways(pg_dsn: str, schemas: tuple[str, str], spool_dir: Path,
+                       steps: list[tuple[Any, Any]], redacted: bool = False) -> list[Any]:
+    """The same bulk run recorded with `prepare="thread"` and with `"process"`, where steps
+    queue faster than the helper prepares them and the writer thread prepares some batches
+    itself; both verified and storing the same checksums. The steps as loaded."""
+    run_id = uuid.uuid4()
+    checksums, loaded = {}, {}
+    for schema, prepare in zip(schemas, ("thread", "process"), strict=True):
+        options: dict[str, Any] = {"redaction": Redactor(key=b"r" * 32)} if redacted else {}
         with open_store(pg_dsn, schema=schema, hmac_key=b"k", spool_dir=spool_dir,
-                        prepare=prepare) as store:
+                        prepare=prepare, **options) as store:
             helper = wait_until_used(store) if prepare == "process" else None
             before = helper.prepared if helper is not None else 0
             with store.record(name="bulk", run_id=run_id) as rec:
                 for request, response in steps:
                     rec.record("llm", "chat", request, response)
             assert store.verify(run_id).ok
-            loaded = store.load_steps(run_id)
-            assert [(s.input, s.output) for s in loaded] == steps
+            loaded[prepare] = store.load_steps(run_id)
             checksums[prepare] = [row[-1] for row in stored_rows(pg_dsn, schema, run_id)]
             if helper is not None:
                 shared = helper.prepared - before
                 assert helper.failure is None
                 assert 0 < shared < len(steps), f"the helper prepared {shared} steps"
     assert checksums["process"] == checksums["thread"]
+    return loaded["process"]
 
+
+def test_a_bulk_recording_shares_the_work_and_stores_the_same_run(
+    pg_dsn: str, pg_schema: str, other_schema: str, spool_dir: Path
+) -> None:
+    """Each part of the run is delta-encoded on its own side; every step must still load as
+    recorded and carry the checksum the writer thread alone gives it."""
+    steps = bulk_steps(4_000)
+    loaded = recorded_both_ways(pg_dsn, (pg_schema, other_schema), spool_dir, steps)
+    assert [(s.input, s.output) for s in loaded] == steps
+
+
+def test_batches_the_writer_prepares_itself_are_redacted_as_the_helper_does(
+    pg_dsn: str, pg_schema: str, other_schema: str, spool_dir: Path
+) -> None:
+    """Secrets in the batches the writer thread prepares itself beside its helper are stored
+    as the helper and the writer thread alone store them."""
+    steps = [({"content": f"question {i} " + "words " * 100},
+              {"content": f"answer {i}" + (f" my key is sk-{i:04d}{'Ab3' * 14}" if i % 13 == 0
+                                           else "")}) for i in range(4_000)]
+    loaded = recorded_both_ways(pg_dsn, (pg_schema, other_schema), spool_dir, steps,
+                                redacted=True)
+    outputs = [s.output["content"] for s in loaded]
+    assert not any("Ab3Ab3" in o for o in outputs)
+    assert sum("<secret:" in o for o in outputs) == len(range(0, 4_000, 13))
 
 FORKING = textwrap.dedent("""
     import os, sys, time
@@ -325,31 +349,3 @@ def test_a_forked_child_does_not_keep_the_helper_alive(
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(parent.pid, signal.SIGKILL)
-
-
-def test_batches_the_writer_prepares_itself_are_redacted_as_the_helper_does(
-    pg_dsn: str, pg_schema: str, other_schema: str, spool_dir: Path
-) -> None:
-    """The writer thread screens the batches it prepares itself (in bulk) a window at a time;
-    secrets among them are stored as the helper and the writer thread alone store them."""
-    run_id = uuid.uuid4()
-    steps = [({"content": f"question {i} " + "words " * 100},
-              {"content": f"answer {i}" + (f" my key is sk-{i:04d}{'Ab3' * 14}" if i % 13 == 0
-                                           else "")}) for i in range(4_000)]
-    checksums = {}
-    for schema, prepare in ((pg_schema, "thread"), (other_schema, "process")):
-        with open_store(pg_dsn, schema=schema, hmac_key=b"k", spool_dir=spool_dir,
-                        prepare=prepare, redaction=Redactor(key=b"r" * 32)) as store:
-            helper = wait_until_used(store) if prepare == "process" else None
-            before = helper.prepared if helper is not None else 0
-            with store.record(name="bulk secrets", run_id=run_id) as rec:
-                for request, response in steps:
-                    rec.record("llm", "chat", request, response)
-            assert store.verify(run_id).ok
-            outputs = [s.output["content"] for s in store.load_steps(run_id)]
-            assert not any("Ab3Ab3" in o for o in outputs)
-            assert sum("<secret:" in o for o in outputs) == len(range(0, 4_000, 13))
-            checksums[prepare] = [row[-1] for row in stored_rows(pg_dsn, schema, run_id)]
-            if helper is not None:
-                assert 0 < helper.prepared - before < len(steps)  # the writer did some itself
-    assert checksums["process"] == checksums["thread"]
