@@ -10,34 +10,20 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Sequence
-from typing import Literal, Union
+from typing import Union
 from uuid import UUID
 
 from agentreplay_core._model import Run
 from agentreplay_core._prepare_client import Prepare, PrepareClient, check_prepare
 from agentreplay_core._sink import Sink
 from agentreplay_core._step_chain import Captured
+from agentreplay_core._writer_groups import Item as _Item
+from agentreplay_core._writer_groups import write_batch
 from agentreplay_core._writer_sync import Settleable, SyncWriter
-from agentreplay_core.stores._backend import (
-    EmbeddingRow,
-    LazyRows,
-    PendingStep,
-    RunFinish,
-    SealLater,
-    made,
-)
+from agentreplay_core.stores._backend import RunFinish, SealLater, made
 
 log = logging.getLogger("agentreplay")
 
-
-_Item = Union[  # noqa: UP007 - a runtime alias; `|` between tuple types needs 3.10+ anyway
-    tuple[Literal["run"], Run],
-    tuple[Literal["step"], Settleable],
-    tuple[Literal["finish"], Union[RunFinish, SealLater]],  # noqa: UP007
-    tuple[Literal["barrier"], threading.Event],
-    tuple[Literal["stop"], threading.Event],
-]
 
 _live_writers: weakref.WeakSet[BatchedWriter] = weakref.WeakSet()
 #: a batch this large (or a queue this long behind it) means steps come faster than the helper
@@ -280,67 +266,7 @@ class BatchedWriter:
         return taken >= _SHARED_BATCH or len(self._items) >= _SHARED_BATCH
 
     def _process(self, items: list[_Item]) -> bool:
-        group = _Group()
-        stop: threading.Event | None = None
-        for item in items:
-            if item[0] == "step":
-                if group.finish is not None:
-                    self._write(group)
-                group.steps.append(item[1])
-            elif item[0] == "run":
-                self._write(group)
-                group.run = item[1]
-            elif item[0] == "finish":
-                if group.finish is not None:
-                    self._write(group)
-                group.finish = item[1]  # a `SealLater` is made once the rows before it are
-            else:
-                self._write(group)
-                if item[0] == "barrier":
-                    item[1].set()
-                else:
-                    stop = item[1]
-        self._write(group)
-        if stop is not None:
-            stop.set()
-            return True
-        return False
-
-    def _write(self, group: _Group) -> None:
-        """Make the rows of a group and write them; empties the group."""
-        if not (group.run or group.steps or group.finish):
-            return
-        rows: Sequence[PendingStep]
-        vectors: list[EmbeddingRow] = []
-        steps = [s for s in group.steps if isinstance(s, Captured) and not s.vectors] \
-            if group.finish is not None else []
-        if steps and len(steps) == len(group.steps):
-            # the end of a run, whose seal waits for this commit: the rows are made while the
-            # first ones are sent (see `LazyRows`), so the server's work overlaps their making
-            rows = LazyRows({s.chain.run_id for s in steps}, len(steps),
-                            lambda i: steps[i].settle()[0])
-        else:
-            rows = self._made(group.steps, vectors)
-            if group.finish is None and rows:  # a seal queued while they were made joins them
-                group.finish = self._queued_seal(rows[-1].run_id)
-        try:
-            self.sink.write_group(group.run, rows, vectors, group.finish)
-        except Exception:  # the sink never raises; this is a last line of defence
-            log.exception("agentreplay: writer failed to write %d step(s)", len(rows))
-        group.run, group.steps, group.finish = None, [], None
-
-    @staticmethod
-    def _made(steps: list[Settleable], vectors: list[EmbeddingRow]) -> list[PendingStep]:
-        rows = []
-        for step in steps:
-            try:
-                row, embeddings = step.settle()
-            except Exception:  # settle never raises; this is a last line of defence
-                log.exception("agentreplay: writer could not prepare a step")
-                continue
-            rows.append(row)
-            vectors.extend(embeddings)
-        return rows
+        return write_batch(self.sink, items, self._queued_seal)
 
     def _queued_seal(self, run_id: UUID) -> RunFinish | None:
         """The seal at the head of the queue, if it seals `run_id` (whose rows are made)."""
@@ -350,17 +276,6 @@ class BatchedWriter:
                 self._items.popleft()
                 return made(first[1])
         return None
-
-
-class _Group:
-    """Consecutive items of a batch that are written together: a run's row, steps, a seal."""
-
-    __slots__ = ("finish", "run", "steps")
-
-    def __init__(self) -> None:
-        self.run: Run | None = None
-        self.steps: list[Settleable] = []
-        self.finish: RunFinish | SealLater | None = None
 
 
 Writer = Union[SyncWriter, BatchedWriter]  # noqa: UP007
