@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import os
 import re
 import threading
@@ -35,21 +34,23 @@ from agentreplay_core._codec import decode, encode
 from agentreplay_core._codec_base import Json
 from agentreplay_core._redact_json import JsonScreen, json_screen
 from agentreplay_core._redact_key import resolve_key
-from agentreplay_core._redact_rules import DEFAULT_RULES, PLACEHOLDER, RedactionRule, field_rule
+from agentreplay_core._redact_memo import TextMemo, remembered
+from agentreplay_core._redact_rules import (
+    DEFAULT_RULES,
+    FIELDS_ENV,
+    PATTERNS_ENV,
+    PLACEHOLDER,
+    RedactionRule,
+    env_rules,
+    field_rule,
+)
 from agentreplay_core._redact_scan import Scanner
 from agentreplay_core._redact_walk import TreeTransform, collect_texts
 
 __all__ = ["FIELDS_ENV", "PATTERNS_ENV", "RedactionRule", "Redactor"]
 
-FIELDS_ENV = "AGENTREPLAY_REDACT_FIELDS"
-PATTERNS_ENV = "AGENTREPLAY_REDACT_PATTERNS"
 _DOMAIN = b"agentreplay/redact/v1\x00"
 _MATCH_KEY_DOMAIN = b"agentreplay/redact/match-key/v1\x00"
-#: texts remembered as scanned (by content) before the memo is emptied; agents resend their
-#: whole history with every model call, so most texts were seen one call earlier
-_MEMO_CHARS = 16_000_000
-_MEMO_LONGEST = 2_000_000
-_FIELD_MEMO = 20_000
 #: scanners kept for the sets of candidate rules text turned up (a set of one to three rules
 #: is typical, and building its scanner costs 15-20 us: more than searching a prompt with it)
 _CANDIDATE_SCANNERS = 64
@@ -119,9 +120,7 @@ class Redactor:
         self._reset_memo()
 
     def _reset_memo(self) -> None:
-        self._clean: set[str] = set()
-        self._dirty: dict[str, str] = {}
-        self._memo_chars = 0
+        self._texts = TextMemo()
         self._field_memo: dict[str, str | None] = {}
         self._key_memo: dict[str, bool] = {}
         self._digests: dict[str, str] = {}
@@ -134,20 +133,7 @@ class Redactor:
         Raises:
             ValueError: a pattern in the environment is not a valid regex.
         """
-        fields = [f.strip() for f in os.environ.get(FIELDS_ENV, "").split(",") if f.strip()]
-        raw = os.environ.get(PATTERNS_ENV, "").strip()
-        patterns: list[str] = []
-        if raw.startswith("["):
-            try:
-                loaded = json.loads(raw)
-            except ValueError as exc:
-                raise ValueError(f"{PATTERNS_ENV} starts with '[' but is not a JSON list of "
-                                 f"regexes: {exc}") from None
-            if not isinstance(loaded, list) or not all(isinstance(p, str) for p in loaded):
-                raise ValueError(f"{PATTERNS_ENV} must be one regex or a JSON list of strings")
-            patterns = loaded
-        elif raw:
-            patterns = [raw]
+        fields, patterns = env_rules()
         try:
             return cls(fields=[*fields, *options.pop("fields", ())],
                        patterns=[*patterns, *options.pop("patterns", ())], **options)
@@ -184,10 +170,7 @@ class Redactor:
         if digest is None:
             mac = hmac.new(self.key, _DOMAIN + secret.encode("utf-8", "surrogatepass"),
                            hashlib.sha256)
-            digest = mac.hexdigest()[:12]
-            if len(self._digests) > _FIELD_MEMO:
-                self._digests.clear()
-            self._digests[secret] = digest
+            return remembered(self._digests, secret, mac.hexdigest()[:12])
         return digest
 
     def placeholder(self, secret: str, rule: str = "custom") -> str:
@@ -249,7 +232,7 @@ class Redactor:
         scanner = self._scanner
         texts: list[str] = []
         for tree in trees:
-            found = collect_texts(tree, scanner.min_length, self._clean, self._key_memo,
+            found = collect_texts(tree, scanner.min_length, self._texts.clean, self._key_memo,
                                   self._key_needs_walk)
             if found is None:
                 texts = []
@@ -260,7 +243,7 @@ class Redactor:
                 return list(trees), [False] * len(trees)
             candidates = scanner.candidates(texts[0] if len(texts) == 1 else "\x00".join(texts))
             if not candidates:
-                self._remember(texts, None)
+                self._texts.remember(texts, None)
                 return list(trees), [False] * len(trees)
             scanner = self._scanner_of(candidates)
             # a keyword rule's candidates are often prose ("key: ..."): look closer first
@@ -283,12 +266,8 @@ class Redactor:
 
     def _key_needs_walk(self, key: str) -> bool:
         """Whether a dict key names a secret field or holds a secret itself (memoised)."""
-        attention = self.secret_field(key) is not None or (
-            len(key) >= self._scanner.min_length and self._text(key, self._scanner) is not key)
-        if len(self._key_memo) > _FIELD_MEMO:
-            self._key_memo.clear()
-        self._key_memo[key] = attention
-        return attention
+        return remembered(self._key_memo, key, self.secret_field(key) is not None or (
+            len(key) >= self._scanner.min_length and self._text(key, self._scanner) is not key))
 
     def secret_field(self, key: str) -> str | None:
         """The name of the field rule `key` matches, if any."""
@@ -296,11 +275,8 @@ class Redactor:
             return self._field_memo[key]
         except KeyError:
             pass
-        found = next((r.name for r in self._fields if r.regex.search(key)), None)
-        if len(self._field_memo) > _FIELD_MEMO:
-            self._field_memo.clear()
-        self._field_memo[key] = found
-        return found
+        return remembered(self._field_memo, key,
+                          next((r.name for r in self._fields if r.regex.search(key)), None))
 
     def _secret_value(self, s: str, rule: str) -> str:
         """A whole value under a secret field. Its pattern secrets are replaced first, so that
@@ -314,18 +290,19 @@ class Redactor:
 
     def _text(self, s: str, scanner: Scanner) -> str:
         """`s` redacted with `scanner`'s rules (all the rules that can match it), memoised."""
-        if s in self._clean:
+        memo = self._texts
+        if s in memo.clean:
             return s
-        known = self._dirty.get(s)
+        known = memo.dirty.get(s)
         if known is not None:
             return known
         if len(s) < scanner.min_length:
             if len(s) >= self._scanner.min_length:  # too short for all rules it could match
-                self._remember([s], None)
+                memo.remember([s], None)
             return s
         spans = scanner.find(s)
         if not spans:
-            self._remember([s], None)
+            memo.remember([s], None)
             return s
         pieces: list[str] = []
         done = 0
@@ -335,20 +312,5 @@ class Redactor:
             done = end
         pieces.append(s[done:])
         out = "".join(pieces)
-        self._remember([s], out)
+        memo.remember([s], out)
         return out
-
-    def _remember(self, texts: list[str], redacted: str | None) -> None:
-        """Memoise texts as clean (`redacted` None) or one text's redacted form."""
-        size = sum(len(t) for t in texts)
-        if size > _MEMO_LONGEST:
-            return
-        self._memo_chars += size
-        if self._memo_chars > _MEMO_CHARS:  # bounded memory: start over
-            self._clean = set()
-            self._dirty = {}
-            self._memo_chars = size
-        if redacted is None:
-            self._clean.update(texts)
-        else:
-            self._dirty[texts[0]] = redacted

@@ -14,10 +14,14 @@ runs its regex on every new string.
 
 from __future__ import annotations
 
+import json
+import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+FIELDS_ENV = "AGENTREPLAY_REDACT_FIELDS"
+PATTERNS_ENV = "AGENTREPLAY_REDACT_PATTERNS"
 #: how a secret is stored: `<secret:RULE:12 hex digits of HMAC-SHA-256(key, secret)>`
 PLACEHOLDER = re.compile(r"<secret:([A-Za-z0-9_.-]{1,40}):([0-9a-f]{12})>")
 _RULE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,40}\Z")
@@ -174,3 +178,24 @@ DEFAULT_RULES: tuple[RedactionRule, ...] = (
                   "credentials", "authorization", "token"),
         min_length=12),
 )
+
+
+def env_rules() -> tuple[list[str], list[str]]:
+    """The field names of `AGENTREPLAY_REDACT_FIELDS` (comma-separated) and the regexes of
+    `AGENTREPLAY_REDACT_PATTERNS` (one regex, or a JSON list of them).
+
+    Raises:
+        ValueError: the patterns variable starts a JSON list that is not a list of strings.
+    """
+    fields = [f.strip() for f in os.environ.get(FIELDS_ENV, "").split(",") if f.strip()]
+    raw = os.environ.get(PATTERNS_ENV, "").strip()
+    if not raw.startswith("["):
+        return fields, [raw] if raw else []
+    try:
+        loaded = json.loads(raw)
+    except ValueError as exc:
+        raise ValueError(f"{PATTERNS_ENV} starts with '[' but is not a JSON list of regexes: "
+                         f"{exc}") from None
+    if not isinstance(loaded, list) or not all(isinstance(p, str) for p in loaded):
+        raise ValueError(f"{PATTERNS_ENV} must be one regex or a JSON list of strings")
+    return fields, loaded

@@ -169,8 +169,8 @@ def test_scanners_of_candidate_rules_are_kept_and_redact_as_new_ones() -> None:
     for _ in range(3):  # 80 sets of candidates: more than the cache holds, so it starts over
         for text, want in zip(texts, expected, strict=True):
             assert kept.redact_encoded([text])[0] == want
-            kept._clean.clear()  # no memo: the text is scanned again
-            kept._dirty.clear()
+            kept._texts.clean.clear()  # no memo: the text is scanned again
+            kept._texts.dirty.clear()
     assert all("<secret:r" in w[0] and "tok" not in w[0] for w in expected)
     candidates = kept._scanner.candidates(texts[1])
     assert kept._scanner_of(candidates) is kept._scanner_of(list(candidates))
