@@ -12,6 +12,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from agentreplay_core._errors import ReplayDivergence
+from agentreplay_core._metadata import meta_entropy
 from agentreplay_core._model import Run, Step
 from agentreplay_core._player import ForkStarter
 from agentreplay_core._recorder import Recorder
@@ -24,8 +25,6 @@ log = logging.getLogger("agentreplay")
 
 def fork_starter(store: Store, run: Run, stack: contextlib.ExitStack) -> ForkStarter:
     """What starts the forked run of `run`; `stack` seals it when the replay ends."""
-    from agentreplay_core._store import meta_entropy
-
     def start(divergence: ReplayDivergence, served: list[Step]) -> Recorder:
         fork_step = divergence.step or (len(served) + 1)
         recorder = stack.enter_context(store.record(

@@ -8,10 +8,16 @@ import platform
 import socket
 import subprocess
 import sys
+from collections.abc import Iterable
 from importlib import metadata as importlib_metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from agentreplay_core._codec import encode
 from agentreplay_core._keys import clean_label
+
+if TYPE_CHECKING:
+    from agentreplay_core._model import Run
+    from agentreplay_core._redact import Redactor
 
 #: distributions whose versions explain a recording (only read if installed, never imported)
 TRACKED_DISTRIBUTIONS = (
@@ -74,3 +80,25 @@ def collect_metadata(user: dict[str, Any] | None = None) -> dict[str, Any]:
                 raise TypeError(f"metadata keys must be strings, got {key!r}")
             auto[clean_label(key)] = value  # NUL made visible, like names
     return auto
+
+
+def run_metadata(user: dict[str, Any] | None, tags: Iterable[str], durability: str,
+                 entropy: bool, redaction: Redactor | None) -> dict[str, Any]:
+    """A new run's metadata as stored: the automatic and the user's, its tags, and what
+    agentreplay itself reads back (encoded, and redacted like any recorded value)."""
+    meta = collect_metadata(user)
+    if tags:  # cleaned like names: a NUL could not be stored or searched for
+        meta["tags"] = sorted({*meta.get("tags", ()), *map(clean_label, tags)})
+    meta["agentreplay"] = {
+        "durability": durability, "entropy": entropy,
+        # who is recording, where the stale-run reaper looks (user keys cannot shadow it)
+        "pid": os.getpid(), "host": socket.gethostname(),
+    }
+    encoded: dict[str, Any] = encode(meta, path="metadata")  # user values: any encodable
+    return encoded if redaction is None else redaction.redact_encoded(encoded)[0]
+
+
+def meta_entropy(run: Run) -> bool:
+    """Whether the run recorded entropy (read defensively: metadata is plain stored JSON)."""
+    own = run.metadata.get("agentreplay")
+    return isinstance(own, dict) and bool(own.get("entropy"))

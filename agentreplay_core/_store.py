@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
@@ -13,7 +12,6 @@ from pathlib import Path
 from typing import Any, Literal
 from uuid import UUID, uuid4
 
-from agentreplay_core._codec import encode
 from agentreplay_core._errors import (
     AgentReplayError,
     IntegrityError,
@@ -30,7 +28,7 @@ from agentreplay_core._integrity import (
     verify_chain,
 )
 from agentreplay_core._keys import clean_label
-from agentreplay_core._metadata import collect_metadata
+from agentreplay_core._metadata import meta_entropy, run_metadata
 from agentreplay_core._model import FORMAT_VERSION, EmbeddingMatch, Run, RunStatus, Step
 from agentreplay_core._player import Player, check_match_mode
 from agentreplay_core._prepare_client import PREPARE_ENV, check_prepare
@@ -50,12 +48,6 @@ _UNSET: Any = object()
 #: longest run name: a btree index entry holds at most ~2,700 bytes (500 4-byte characters
 #: fit, with the rest of the entry); longer names would be refused by PostgreSQL
 MAX_RUN_NAME = 500
-
-
-def meta_entropy(run: Run) -> bool:
-    """Whether the run recorded entropy (read defensively: metadata is plain stored JSON)."""
-    own = run.metadata.get("agentreplay")
-    return isinstance(own, dict) and bool(own.get("entropy"))
 
 
 class Store:
@@ -166,19 +158,11 @@ class Store:
             raise ValueError(f"run name of {len(name)} characters: at most {MAX_RUN_NAME} "
                              "are stored; put longer text in metadata=")
         writer = self._writer(durability)
-        meta = collect_metadata(metadata)
-        if tags:  # cleaned like names: a NUL could not be stored or searched for
-            meta["tags"] = sorted({*meta.get("tags", ()), *map(clean_label, tags)})
         # `_entropy_in_log`: a forked run holds entropy steps copied from its parent
-        meta["agentreplay"] = {
-            "durability": durability, "entropy": entropy or _entropy_in_log,
-            # who is recording, where the stale-run reaper looks (user keys cannot shadow it)
-            "pid": os.getpid(), "host": socket.gethostname(),
-        }
-        meta = encode(meta, path="metadata")  # user metadata may hold any encodable value
-        if self.redaction is not None:
-            meta = self.redaction.redact_encoded(meta)[0]
-            name = self.redaction.redact_text(name) if name else name
+        meta = run_metadata(metadata, tags, durability, entropy or _entropy_in_log,
+                            self.redaction)
+        if self.redaction is not None and name:
+            name = self.redaction.redact_text(name)
         run = Run(
             run_id=run_id or uuid4(), name=clean_label(name) if name else name,
             status=RunStatus.RECORDING,
