@@ -20,8 +20,7 @@ from agentreplay_core._errors import RunNotFound, StoreError
 from agentreplay_core._model import EmbeddingMatch, Run, RunStatus, Step
 from agentreplay_core.stores import _sql
 from agentreplay_core.stores._pgconn import Conn, PostgresPart
-from agentreplay_core.stores._pgrows import (
-    MAX_VECTOR_DIMS,
+from agentreplay_core.stores._pgload import (
     RowUnreadable,
     can_stream_chunks,
     fetch_rows,
@@ -29,8 +28,8 @@ from agentreplay_core.stores._pgrows import (
     gc_paused,
     run_from_row,
     stream_steps,
-    vector_text,
 )
+from agentreplay_core.stores._pgrows import MAX_VECTOR_DIMS, vector_text
 
 _HEX_RE = re.compile(r"^[0-9a-f]{0,32}$")
 

@@ -20,7 +20,7 @@ from agentreplay_core._model import Run, RunStatus
 from agentreplay_core.stores import _pgread as postgres_module
 from agentreplay_core.stores._backend import EmbeddingRow, PendingStep, RunFinish
 from agentreplay_core.stores._pgconn import DatabaseUnavailable, dsn_endpoints, redact_dsn
-from agentreplay_core.stores._pgrows import STREAM_CHUNK, can_stream_chunks
+from agentreplay_core.stores._pgload import STREAM_CHUNK, can_stream_chunks
 from agentreplay_core.stores._postgres import PostgresBackend
 from tests.support.pgcluster import PgCluster
 
