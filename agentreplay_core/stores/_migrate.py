@@ -30,7 +30,7 @@ import psycopg
 from psycopg import sql
 
 from agentreplay_core._errors import StoreError
-from agentreplay_core.stores import _sql
+from agentreplay_core.stores import _migrate_sql, _sql
 from agentreplay_core.stores._pgconn import (
     Conn,
     DatabaseUnavailable,
@@ -126,12 +126,12 @@ def lock_key(schema: str) -> int:
 
 def extension_schema(conn: Conn, extension: str) -> str | None:
     """The schema an installed extension lives in, or None if it is not installed."""
-    row = conn.execute(_sql.installed_extension_schema(), (extension,)).fetchone()
+    row = conn.execute(_migrate_sql.installed_extension_schema(), (extension,)).fetchone()
     return str(row[0]) if row else None
 
 
 def _is_available(conn: Conn, extension: str) -> bool:
-    row = conn.execute(_sql.extension_available(), (extension,)).fetchone()
+    row = conn.execute(_migrate_sql.extension_available(), (extension,)).fetchone()
     return bool(row and row[0])
 
 
@@ -139,7 +139,7 @@ def _applied(conn: Conn, schema: str) -> dict[int, datetime]:
     row = conn.execute(_sql.table_exists(), (schema, "schema_migrations")).fetchone()
     if not (row and row[0]):
         return {}
-    rows = conn.execute(_sql.applied_migrations(schema)).fetchall()
+    rows = conn.execute(_migrate_sql.applied_migrations(schema)).fetchall()
     return {int(r[0]): r[2] for r in rows}
 
 
@@ -173,11 +173,11 @@ def _create_extension(conn: Conn, extension: str) -> str:
     """Create `extension` if needed; returns "" or the reason it could not be created."""
     if extension_schema(conn, extension) is not None:
         return ""
-    conn.execute(_sql.advisory_xact_lock(), (_EXTENSION_LOCK_KEY,))
+    conn.execute(_migrate_sql.advisory_xact_lock(), (_EXTENSION_LOCK_KEY,))
     try:
         # A savepoint, so that lacking the privilege leaves the other migrations intact.
         with conn.transaction():
-            conn.execute(_sql.create_extension(extension))
+            conn.execute(_migrate_sql.create_extension(extension))
     except psycopg.Error as exc:
         if extension_schema(conn, extension) is not None:  # created by someone else meanwhile
             return ""
@@ -205,9 +205,9 @@ def apply_migrations(conn: Conn, schema: str) -> MigrationResult:
         result.waiting = {s.version: s.note for s in states if s.state == "waiting"}
         return result
     with conn.transaction():
-        conn.execute(_sql.advisory_xact_lock(), (lock_key(schema),))
-        conn.execute(_sql.create_schema(schema))
-        conn.execute(_sql.create_migrations_table(schema))
+        conn.execute(_migrate_sql.advisory_xact_lock(), (lock_key(schema),))
+        conn.execute(_migrate_sql.create_schema(schema))
+        conn.execute(_migrate_sql.create_migrations_table(schema))
         applied = _applied(conn, schema)
         for m in load_migrations():
             if m.version in applied:
@@ -225,24 +225,24 @@ def apply_migrations(conn: Conn, schema: str) -> MigrationResult:
                     continue
             else:
                 conn.execute(_render(conn, m, schema))
-            conn.execute(_sql.record_migration(schema), (m.version, m.name))
+            conn.execute(_migrate_sql.record_migration(schema), (m.version, m.name))
             result.applied.append(m.version)
     return result
 
 
 def _apply_optional(conn: Conn, m: Migration, schema: str) -> str:
     """Apply an optional migration in a savepoint; "" or why it stays pending."""
-    previous = conn.execute(_sql.show_lock_timeout()).fetchone()
+    previous = conn.execute(_migrate_sql.show_lock_timeout()).fetchone()
     try:
         with conn.transaction():
-            conn.execute(_sql.set_local_lock_timeout(), (OPTIONAL_LOCK_TIMEOUT,))
+            conn.execute(_migrate_sql.set_local_lock_timeout(), (OPTIONAL_LOCK_TIMEOUT,))
             conn.execute(_render(conn, m, schema))
     except (psycopg.errors.LockNotAvailable, psycopg.errors.InsufficientPrivilege) as exc:
         return (f"optional, not applied yet ({' '.join(str(exc).split())}); retried at the "
                 "next open")
     finally:
         if previous:
-            conn.execute(_sql.set_local_lock_timeout(), (previous[0],))
+            conn.execute(_migrate_sql.set_local_lock_timeout(), (previous[0],))
     return ""
 
 

@@ -2,6 +2,7 @@
 
 Every identifier (the schema, the pgvector schema, temporary tables) is passed as
 `sql.Identifier`, every value as a query parameter; nothing is formatted into SQL text.
+The migrations' own statements are in `_migrate_sql`.
 """
 
 from __future__ import annotations
@@ -20,30 +21,22 @@ __all__ = [
     "RUN_COLUMNS",
     "STEP_COLUMNS",
     "InvalidSchemaName",
-    "advisory_xact_lock",
-    "applied_migrations",
     "begin_without_statement_timeout",
     "change_status",
     "check_schema_name",
     "copy_steps",
     "copy_vectors",
-    "create_extension",
-    "create_migrations_table",
-    "create_schema",
     "create_stage_steps",
     "create_stage_vectors",
     "delete_rows",
-    "extension_available",
     "finish_run",
     "insert_run",
-    "installed_extension_schema",
     "list_runs",
     "load_steps",
     "merge_staged_steps",
     "merge_staged_vectors",
     "missing_privileges",
     "read_in_index_order",
-    "record_migration",
     "run_ids_between",
     "search_embeddings",
     "select_run",
@@ -131,19 +124,7 @@ def read_in_index_order() -> sql.SQL:
     return sql.SQL("SET LOCAL enable_sort = off")
 
 
-# -- migrations ---------------------------------------------------------------------------
-
-
-def create_schema(schema: str) -> sql.Composed:
-    return sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema))
-
-
-def create_migrations_table(schema: str) -> sql.Composed:
-    return sql.SQL(
-        "CREATE TABLE IF NOT EXISTS {} ("
-        "version integer PRIMARY KEY, name text NOT NULL, "
-        "applied_at timestamptz NOT NULL DEFAULT now())"
-    ).format(_table(schema, "schema_migrations"))
+# -- catalog ------------------------------------------------------------------------------
 
 
 def table_exists() -> sql.SQL:
@@ -152,52 +133,6 @@ def table_exists() -> sql.SQL:
         "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_tables "
         "WHERE schemaname = %s AND tablename = %s)"
     )
-
-
-def applied_migrations(schema: str) -> sql.Composed:
-    return sql.SQL("SELECT version, name, applied_at FROM {} ORDER BY version").format(
-        _table(schema, "schema_migrations")
-    )
-
-
-def record_migration(schema: str) -> sql.Composed:
-    """Parameters: version, name."""
-    return sql.SQL("INSERT INTO {} (version, name) VALUES (%s, %s)").format(
-        _table(schema, "schema_migrations")
-    )
-
-
-def show_lock_timeout() -> sql.SQL:
-    return sql.SQL("SELECT current_setting('lock_timeout')")
-
-
-def set_local_lock_timeout() -> sql.SQL:
-    """Parameter: the timeout as PostgreSQL reads it ('1s'); until the transaction ends."""
-    return sql.SQL("SELECT set_config('lock_timeout', %s, true)")
-
-
-def advisory_xact_lock() -> sql.SQL:
-    """Parameter: the 64-bit lock key."""
-    return sql.SQL("SELECT pg_advisory_xact_lock(%s)")
-
-
-def installed_extension_schema() -> sql.SQL:
-    """Parameter: extension name. Returns the schema holding the extension, if installed."""
-    return sql.SQL(
-        "SELECT n.nspname FROM pg_catalog.pg_extension e "
-        "JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = %s"
-    )
-
-
-def extension_available() -> sql.SQL:
-    """Parameter: extension name."""
-    return sql.SQL(
-        "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_available_extensions WHERE name = %s)"
-    )
-
-
-def create_extension(extension: str) -> sql.Composed:
-    return sql.SQL("CREATE EXTENSION IF NOT EXISTS {}").format(sql.Identifier(extension))
 
 
 def vector_type(vector_schema: str) -> sql.Composed:
