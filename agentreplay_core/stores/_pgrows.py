@@ -109,10 +109,9 @@ def binary_step_rows(steps: Iterable[PendingStep], session_zone: tzinfo
 
     PostgreSQL 16 inserts binary COPY rows only every 1,000 tuples (it sizes its insert
     buffer by the input line, which binary input does not have), so a batch is inserted at
-    its end, not while later rows arrive. Text COPY is inserted every ~64 KB, but costs twice
-    the client CPU to render (4.7 against 2.4 us a row) and more on the server; the client's
-    CPU is the agent's, so binary it is, but for rows still being made as they are sent
-    (`_pgtext.text_step_rows`).
+    its end, not while later rows arrive. Text COPY is inserted every ~64 KB, but costs the
+    client two to four times the CPU to render and more on the server; the client's CPU is
+    the agent's, so binary it is, also for rows still being made as they are sent.
 
     Each value is written once, as it is: the JSON bytes need no escaping in binary COPY
     (jsonb's binary form is a version byte and the text), and there is no wrapper object or

@@ -23,7 +23,6 @@ from agentreplay_core._model import Run, RunStatus
 from agentreplay_core.stores import _sql
 from agentreplay_core.stores._backend import (
     EmbeddingRow,
-    LazyRows,
     PendingStep,
     RunFinish,
     SealLater,
@@ -36,7 +35,6 @@ from agentreplay_core.stores._pgrows import (
     step_values,
     vector_binary,
 )
-from agentreplay_core.stores._pgtext import text_step_rows
 
 #: batches up to this many steps (without vectors) are written with one INSERT, not COPY
 SMALL_BATCH = 8
@@ -80,10 +78,10 @@ class PostgresWrites(PostgresPart):
         its row goes in sealed already when the seal is part of the group, and a few steps
         go in one statement with the run's row or with its seal (one round trip).
 
-        `LazyRows` are made while the COPY sends them, and a `SealLater` after them: a run
-        sealed in the same group then has its row written after its steps (the transaction
-        makes the order invisible), so the server stores the first rows while the client
-        makes the last ones."""
+        `LazyRows` are made while the COPY sends them (the server receives and parses the
+        first while the client makes the last), and a `SealLater` after them: a run sealed in
+        the same group then has its row written after its steps (the transaction makes the
+        order invisible)."""
         if run is None and finish is None:
             self.append(steps, embeddings)
             return
@@ -200,15 +198,14 @@ class PostgresWrites(PostgresPart):
     def _copy_steps(self, cur: psycopg.Cursor[Any], steps: Sequence[PendingStep],
                     idempotent: bool) -> None:
         """Binary COPY, rendered here: half the client CPU of `write_row` with `Jsonb`
-        wrappers (~2 us of Python per row)."""
+        wrappers (~2 us of Python per row). Rows still to be made (`LazyRows`) are made as
+        their chunks go. Text COPY, which PostgreSQL stores as it arrives where it stores
+        binary rows at the COPY's end, ended a short run's COPY sooner, but it cost the
+        client two to four times the CPU to render and, on a 2-core VM, more than it saved:
+        100-step runs took 10-15% less time in binary (`benchmarks/RESULTS.md`)."""
         if idempotent:
             cur.execute(_sql.create_stage_steps(self.schema))
         zone = cur.connection.info.timezone
-        if not idempotent and isinstance(steps, LazyRows) and steps.unmade > SMALL_BATCH:
-            # most rows still to be made: the server stores the first ones meanwhile
-            with cur.copy(self._query(cur.connection, "copy, text")) as copy:
-                _write_chunks(copy, text_step_rows(steps, zone), "step")
-            return
         query = self._query(cur.connection, "copy, staged" if idempotent else "copy")
         with cur.copy(query) as copy:
             _write_chunks(copy, binary_step_rows(steps, zone), "step")
@@ -275,7 +272,6 @@ _WRITES: dict[str, Callable[[str, int], sql.Composed]] = {
     _IDEMPOTENT_INSERT: lambda schema, rows: _sql.insert_steps(schema, rows, idempotent=True),
     "copy": lambda schema, _: _sql.copy_steps(schema),
     "copy, staged": lambda schema, _: _sql.copy_steps(schema, staged=True),
-    "copy, text": lambda schema, _: _sql.copy_steps(schema, text=True),
     "vectors": lambda schema, _: _sql.copy_vectors(schema),
     "vectors, staged": lambda schema, _: _sql.copy_vectors(schema, staged=True),
     "run+steps": _sql.insert_run_and_steps,

@@ -246,12 +246,11 @@ def create_stage_vectors(schema: str) -> sql.Composed:
 
 
 @functools.lru_cache(maxsize=128)  # built on every write: compose once
-def copy_steps(schema: str, *, staged: bool = False, text: bool = False) -> sql.Composed:
-    """Binary COPY of `STEP_COLUMNS` (data rendered by `_pgrows.binary_step_rows`), or text
-    COPY (`_pgtext.text_step_rows`)."""
+def copy_steps(schema: str, *, staged: bool = False) -> sql.Composed:
+    """Binary COPY of `STEP_COLUMNS` (data rendered by `_pgrows.binary_step_rows`)."""
     target = _STAGE_STEPS if staged else _table(schema, "run_log")
-    return sql.SQL("COPY {} ({}) FROM STDIN (FORMAT {})").format(
-        target, _names(STEP_COLUMNS), sql.SQL("TEXT") if text else sql.SQL("BINARY"))
+    return sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
+        target, _names(STEP_COLUMNS))
 
 
 @functools.lru_cache(maxsize=128)  # built on every write: compose once

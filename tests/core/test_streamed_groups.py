@@ -1,5 +1,5 @@
 """A group whose rows are still being made is streamed: `LazyRows` are made as the COPY sends
-them (as text, which PostgreSQL stores as it arrives), and a `SealLater` is made after them,
+them (in binary, as rows made first are), and a `SealLater` is made after them,
 in the same transaction. A short run's seal leaves the making to the writer's thread, which
 then overlaps it with the server's work; a longer backlog is shared with the sealing thread."""
 
@@ -27,7 +27,7 @@ from agentreplay_core.stores._pgwrite import SMALL_BATCH
 from agentreplay_core.stores._postgres import PostgresBackend
 
 T0 = datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=timezone.utc)
-#: labels and JSON that text COPY must escape, and values binary COPY carries as they are
+#: labels and JSON a COPY format could mangle (text COPY would have to escape them)
 AWKWARD = "tab\there\nnew line\r\\back\\slash \\N \\. é ✓ 🚀 \u2028"
 
 
@@ -69,30 +69,30 @@ def _xmins(dsn: str, schema: str, run_id: uuid.UUID) -> set[str]:
         return {row[0] for row in conn.execute(query, {"r": run_id}).fetchall()}
 
 
-def test_text_and_binary_copy_store_the_same_values(backend: PostgresBackend) -> None:
-    count = SMALL_BATCH * 3  # enough to be streamed, as text
-    binary, text = uuid.uuid4(), uuid.uuid4()
-    backend.create_run(Run(run_id=binary, started_at=T0))
-    backend.append(_rows(binary, count))  # made already: binary COPY
+def test_rows_made_as_they_are_sent_store_what_rows_made_first_store(
+        backend: PostgresBackend) -> None:
+    count = SMALL_BATCH * 3  # enough to be streamed
+    first, streamed = uuid.uuid4(), uuid.uuid4()
+    backend.create_run(Run(run_id=first, started_at=T0))
+    backend.append(_rows(first, count))  # made already
     made: list[int] = []
-    lazy = _lazy(_rows(text, count), made)
+    lazy = _lazy(_rows(streamed, count), made)
     assert lazy.unmade == count
-    backend.write_group(Run(run_id=text, started_at=T0), lazy, [], None)
+    backend.write_group(Run(run_id=streamed, started_at=T0), lazy, [], None)
     assert made == list(range(count))  # each row made once, in order
 
-    by_binary, by_text = backend.load_steps(binary), backend.load_steps(text)
-    assert len(by_text) == count
-    assert [s.model_copy(update={"run_id": text}) for s in by_binary] == by_text
-    first = by_text[0]
-    assert (first.name, first.match_key, first.path) == (
+    by_first, by_streamed = backend.load_steps(first), backend.load_steps(streamed)
+    assert len(by_streamed) == count
+    assert [s.model_copy(update={"run_id": streamed}) for s in by_first] == by_streamed
+    one = by_streamed[0]
+    assert (one.name, one.match_key, one.path) == (
         f"name {AWKWARD}", "key\t1\\", f"seq:step:1\n{AWKWARD}")
-    assert first.input == {"in": {"text": f"{AWKWARD} 1", "list": [1, -1.5, None, True, "\\"]}}
-    assert {s.duration_ms for s in by_text} == {0.125, math.inf, -0.0, 1e300}
+    assert one.input == {"in": {"text": f"{AWKWARD} 1", "list": [1, -1.5, None, True, "\\"]}}
+    assert {s.duration_ms for s in by_streamed} == {0.125, math.inf, -0.0, 1e300}
 
 
-def test_text_copy_stores_a_nan_duration(backend: PostgresBackend) -> None:
-    """Python writes NaN as `nan`; PostgreSQL reads it back as NaN (in binary it is a bit
-    pattern). Not in the comparison above: NaN equals nothing, itself included."""
+def test_a_streamed_group_stores_a_nan_duration(backend: PostgresBackend) -> None:
+    """Not in the comparison above: NaN equals nothing, itself included."""
     run = _new_run()
     rows = [replace_duration(r, math.nan) for r in _rows(run.run_id, SMALL_BATCH + 2)]
     backend.write_group(run, _lazy(rows), [], None)
