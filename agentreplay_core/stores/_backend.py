@@ -117,11 +117,6 @@ class LazyRows(Sequence[PendingStep]):
     def __len__(self) -> int:
         return self._count
 
-    @property
-    def unmade(self) -> int:
-        """How many rows are still to be made."""
-        return self._count - len(self._rows)
-
     @overload
     def __getitem__(self, index: int) -> PendingStep: ...
 

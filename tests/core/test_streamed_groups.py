@@ -77,7 +77,7 @@ def test_rows_made_as_they_are_sent_store_what_rows_made_first_store(
     backend.append(_rows(first, count))  # made already
     made: list[int] = []
     lazy = _lazy(_rows(streamed, count), made)
-    assert lazy.unmade == count
+    assert made == []
     backend.write_group(Run(run_id=streamed, started_at=T0), lazy, [], None)
     assert made == list(range(count))  # each row made once, in order
 
@@ -106,15 +106,16 @@ def replace_duration(row: PendingStep, duration_ms: float) -> PendingStep:
 def test_a_seal_made_later_seals_its_run_after_the_rows_in_one_transaction(
         backend: PostgresBackend, pg_dsn: str, pg_schema: str) -> None:
     run = _new_run()
-    lazy = _lazy(_rows(run.run_id, 20))
-    unmade_at_seal: list[int] = []
+    made: list[int] = []
+    lazy = _lazy(_rows(run.run_id, 20), made)
+    made_at_seal: list[int] = []
 
     def seal() -> RunFinish:
-        unmade_at_seal.append(lazy.unmade)
+        made_at_seal.append(len(made))
         return RunFinish(run.run_id, RunStatus.COMPLETE, 20, "head", T0 + timedelta(hours=1))
 
     backend.write_group(run, lazy, [], SealLater(run.run_id, seal))
-    assert unmade_at_seal == [0]
+    assert made_at_seal == [20]
     stored = backend.get_run(run.run_id)
     assert (stored.status, stored.step_count, stored.head_checksum, stored.finished_at) == (
         RunStatus.COMPLETE, 20, "head", T0 + timedelta(hours=1))
@@ -148,7 +149,7 @@ def test_lazy_rows_are_made_once_in_order_whichever_way_they_are_read() -> None:
     made: list[int] = []
     lazy = _lazy(rows, made)
     assert lazy.run_ids == {rows[0].run_id} and made == []  # known before any row is made
-    assert (len(lazy), lazy.unmade) == (6, 6)
+    assert len(lazy) == 6 and made == []
     assert lazy[2] is rows[2] and made == [0, 1, 2]
     assert lazy[-1] is rows[5] and made == list(range(6))
     assert list(lazy) == rows and lazy[1:3] == rows[1:3] and made == list(range(6))
