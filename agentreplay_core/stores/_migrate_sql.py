@@ -77,4 +77,3 @@ def extension_available() -> sql.SQL:
 
 def create_extension(extension: str) -> sql.Composed:
     return sql.SQL("CREATE EXTENSION IF NOT EXISTS {}").format(sql.Identifier(extension))
-

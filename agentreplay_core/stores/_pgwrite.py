@@ -202,7 +202,8 @@ class PostgresWrites(PostgresPart):
         their chunks go. Text COPY, which PostgreSQL stores as it arrives where it stores
         binary rows at the COPY's end, ended a short run's COPY sooner, but it cost the
         client two to four times the CPU to render and, on a 2-core VM, more than it saved:
-        100-step runs took 10-15% less time in binary (`benchmarks/RESULTS.md`)."""
+        100-step runs took 2-14% less time and 16-22% less CPU in binary
+        (`benchmarks/RESULTS.md`)."""
         if idempotent:
             cur.execute(_sql.create_stage_steps(self.schema))
         zone = cur.connection.info.timezone
