@@ -37,7 +37,7 @@ from agentreplay_core._redact import Redactor
 from agentreplay_core._run_lookup import as_run_id, close_ids, reap, resolve_run_id
 from agentreplay_core._sink import Sink
 from agentreplay_core._spool import Spool
-from agentreplay_core._writer import BatchedWriter, Writer
+from agentreplay_core._writer import LINGER, BatchedWriter, Writer, check_linger
 from agentreplay_core._writer_sync import SyncWriter, check_durability
 from agentreplay_core.stores._backend import StoreBackend
 
@@ -67,6 +67,7 @@ class Store:
         hmac_key: bytes | str | Sequence[bytes | str] | None = _UNSET,
         spool_dir: str | Path | None = None,
         max_queue: int = 10_000,
+        linger: float = LINGER,
         accept_unkeyed_runs: bool = False,
         redaction: Redactor | None = _UNSET,
         prepare: str | None = None,
@@ -95,6 +96,7 @@ class Store:
         self.spool = Spool(Path(spool_dir) if spool_dir else None)
         self._sink = Sink(backend, self.spool)
         self._max_queue = max_queue
+        self._linger = check_linger(linger)
         self._batched: BatchedWriter | None = None
         self._sync_writer = SyncWriter(self._sink)
         self._lock = threading.Lock()
@@ -131,7 +133,7 @@ class Store:
         with self._lock:
             if self._batched is None:
                 self._batched = BatchedWriter(self._sink, max_queue=self._max_queue,
-                                              prepare=self.prepare)
+                                              linger=self._linger, prepare=self.prepare)
             return self._batched
 
     # -- recording ------------------------------------------------------------------------

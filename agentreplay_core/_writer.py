@@ -33,6 +33,21 @@ _SHARED_BATCH = 256
 #: batches sent to the helper for each one the writer thread prepares, when sharing (it also
 #: chains and writes them all; 1 and 3 measured no better)
 _HELPER_SHARE = 2
+#: default `linger`, seconds. Every batch costs the agent's thread more than its rows: each
+#: of the writer's round trips hands the GIL to and fro, and the agent's thread resumes with
+#: colder caches. Against 2 ms, 20 ms cut what recording added to a LlamaIndex chat by 40%
+#: and to a call on a model that waits 2 ms by half; 50 ms saved little more
+#: (`benchmarks/RESULTS.md`), and a row still waits well within the 50 ms the benchmarks
+#: allow from `record` to durable.
+LINGER = 0.02
+
+
+def check_linger(value: float) -> float:
+    """`value` as seconds to linger; ValueError unless a finite number from 0 to 60."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not 0 <= value <= 60:  # NaN fails both comparisons
+        raise ValueError(f"linger must be seconds from 0 to 60, not {value!r}")
+    return float(value)
 
 
 @atexit.register
@@ -47,12 +62,13 @@ class BatchedWriter:
     Recording threads only append to a deque. The writer is woken once per burst, not once per
     row: while rows keep coming it lingers `linger` seconds between batches, so that a burst
     becomes one batch and the recording thread does not pay a thread switch per step. Control
-    items (a flush barrier, a seal, stop) wake it at once. When the load is light a row waits
-    at most `linger` before its batch starts; when it is heavy batches grow up to `max_batch`.
+    items (a flush barrier, a seal, stop) and a full batch wake it at once. When the load is
+    light a row waits at most `linger` before its batch starts; when it is heavy batches grow
+    up to `max_batch`.
     """
 
     def __init__(self, sink: Sink, *, max_queue: int = 10_000, max_batch: int = 1_000,
-                 put_timeout: float = 10.0, linger: float = 0.002,
+                 put_timeout: float = 10.0, linger: float = LINGER,
                  prepare: Prepare = "thread") -> None:
         self.sink = sink
         #: the helper process that prepares steps (`prepare="process"`), else None
@@ -62,7 +78,7 @@ class BatchedWriter:
         #: how long a recording thread waits for room in a full queue before its row is
         #: spooled in its own thread instead (the database is stuck, not merely slow)
         self.put_timeout = put_timeout
-        self.linger = linger
+        self.linger = check_linger(linger)
         # After one put timed out the writer is stuck: later rows spool at once instead of
         # each waiting `put_timeout`, until the writer is seen making progress again.
         self._stalled_at: int | None = None
@@ -104,8 +120,11 @@ class BatchedWriter:
                           "the recording thread until it catches up", self.put_timeout)
                 self._stalled_at = self._progress
             return False
-        self._items.append(item)
-        if self._idle:  # the writer sleeps until woken; when busy it comes back by itself
+        items = self._items
+        items.append(item)
+        # asleep, or lingering with a full batch waiting: wake it. Otherwise it comes back by
+        # itself (only the row that fills a batch sets the event: once, not once per row)
+        if self._idle or len(items) == self.max_batch:
             self._wake.set()
         return True
 

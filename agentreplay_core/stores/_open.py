@@ -34,13 +34,14 @@ def open_store(url: str | os.PathLike[str] | None = None, **options: Any) -> Sto
     - nothing: `AGENTREPLAY_DSN` if set, else the embedded PostgreSQL from `pgserver`
       (`agentreplay[embedded]`), started in a per-user data directory.
 
-    Other keyword options go to `Store` (`hmac_key`, `spool_dir`, `max_queue`,
+    Other keyword options go to `Store` (`hmac_key`, `spool_dir`, `max_queue`, `linger`:
+    seconds the batched writer waits for more steps before it writes a burst, default 0.02;
     `accept_unkeyed_runs`, `redaction`: a `Redactor`, or None to store secrets as they are;
     `prepare`: "process" to prepare batched steps in a helper process, see `Store`)
     or, for PostgreSQL, to the backend (`schema`, `max_size`, `migrate`,
     `write_statement_timeout`, `lock_timeout`).
     """
-    store_options = {k: options.pop(k) for k in ("hmac_key", "spool_dir", "max_queue",
+    store_options = {k: options.pop(k) for k in ("hmac_key", "spool_dir", "max_queue", "linger",
                                                   "accept_unkeyed_runs", "redaction", "prepare")
                      if k in options}
     if url is None:
