@@ -16,9 +16,9 @@ from uuid import UUID
 from agentreplay_core._model import Run
 from agentreplay_core._prepare_client import Prepare, PrepareClient, check_prepare
 from agentreplay_core._sink import Sink
-from agentreplay_core._step_chain import Captured
 from agentreplay_core._writer_groups import Item as _Item
 from agentreplay_core._writer_groups import write_batch
+from agentreplay_core._writer_helper import run_with_helper
 from agentreplay_core._writer_sync import Settleable, SyncWriter
 from agentreplay_core.stores._backend import RunFinish, SealLater, made
 
@@ -26,13 +26,6 @@ log = logging.getLogger("agentreplay")
 
 
 _live_writers: weakref.WeakSet[BatchedWriter] = weakref.WeakSet()
-#: a batch this large (or a queue this long behind it) means steps come faster than the helper
-#: process prepares them: the writer thread then prepares some batches itself. An agent
-#: waiting on its model records far fewer per batch, and its steps all go to the helper.
-_SHARED_BATCH = 256
-#: batches sent to the helper for each one the writer thread prepares, when sharing (it also
-#: chains and writes them all; 1 and 3 measured no better)
-_HELPER_SHARE = 2
 #: default `linger`, seconds. Every batch costs the agent's thread more than its rows: each
 #: of the writer's round trips hands the GIL to and fro, and the agent's thread resumes with
 #: colder caches. Against 2 ms, 20 ms cut what recording added to a LlamaIndex chat by 40%
@@ -209,7 +202,7 @@ class BatchedWriter:
             self.helper.close()
         self.sink.flush_spooled()
 
-    def _take(self, wait: bool = True) -> list[_Item]:
+    def take_batch(self, wait: bool = True) -> list[_Item]:
         """The next batch; sleeps while there is nothing to do (unless told not to wait)."""
         items = self._items
         if wait and not items:
@@ -236,56 +229,27 @@ class BatchedWriter:
     def _run(self) -> None:
         if self.helper is not None:
             try:
-                self._run_with_helper(self.helper)
+                run_with_helper(self, self.helper)
             finally:
                 self.helper.close()
             return
         while True:
-            items = self._take()
+            items = self.take_batch()
             if not items:
                 continue
-            stop = self._process(items)
-            self._progress += 1
-            if stop:
+            if self.write_items(items):
                 return
 
-    def _run_with_helper(self, helper: PrepareClient) -> None:
-        """`_run`, one batch ahead: the helper prepares a batch while this thread writes the
-        previous one (and the agent's threads run). When steps come faster than the helper
-        prepares them (a bulk recording, not an agent waiting on its model), this thread
-        prepares one batch in three itself meanwhile."""
-        pending: deque[tuple[list[_Item], list[Captured] | None]] = deque()
-        in_a_row = 0  # batches sent to the helper since this thread prepared one
-        while True:
-            items = self._take(wait=not pending)
-            if items:
-                steps = [item[1] for item in items if item[0] == "step"]
-                if pending and in_a_row >= _HELPER_SHARE and self._backlog(len(steps)):
-                    for step in steps:
-                        if type(step) is Captured:
-                            step.chain.prepare_here(step)
-                    pending.append((items, None))
-                    in_a_row = 0
-                else:
-                    pending.append((items, helper.send(steps)))
-                    in_a_row += 1
-            if pending and (not items or len(pending) > 1):
-                batch, sent = pending.popleft()
-                helper.receive(sent)
-                stop = self._process(batch)
-                self._progress += 1
-                if stop:  # anything queued in a race with close() is written all the same
-                    for batch, sent in pending:
-                        helper.receive(sent)
-                        self._process(batch)
-                    return
+    @property
+    def queued(self) -> int:
+        """Items in the queue (rows, and the odd seal or barrier)."""
+        return len(self._items)
 
-    def _backlog(self, taken: int) -> bool:
-        """Whether steps are queued faster than one helper prepares them."""
-        return taken >= _SHARED_BATCH or len(self._items) >= _SHARED_BATCH
-
-    def _process(self, items: list[_Item]) -> bool:
-        return write_batch(self.sink, items, self._queued_seal)
+    def write_items(self, items: list[_Item]) -> bool:
+        """Write a batch taken from the queue; True if it ends with the writer's stop."""
+        stop = write_batch(self.sink, items, self._queued_seal)
+        self._progress += 1
+        return stop
 
     def _queued_seal(self, run_id: UUID) -> RunFinish | None:
         """The seal at the head of the queue, if it seals `run_id` (whose rows are made)."""
