@@ -26,12 +26,13 @@ log = logging.getLogger("agentreplay")
 
 
 _live_writers: weakref.WeakSet[BatchedWriter] = weakref.WeakSet()
-#: default `linger`, seconds. Every batch costs the agent's thread more than its rows: each
-#: of the writer's round trips hands the GIL to and fro, and the agent's thread resumes with
-#: colder caches. Against 2 ms, 20 ms cut what recording added to a LlamaIndex chat by 40%
-#: and to a call on a model that waits 2 ms by half; 50 ms saved little more
-#: (`benchmarks/RESULTS.md`), and a row still waits well within the 50 ms the benchmarks
-#: allow from `record` to durable.
+#: default `linger`, seconds. While the writer has a batch in hand it waits for the GIL, and
+#: every release of the GIL by the agent's thread (a system call, `uuid4`) then wakes it: the
+#: agent's thread pays the wake-up, and the writer, slower to run, mostly sleeps again. Fewer,
+#: larger batches leave it waiting less. Against 2 ms, 20 ms cut what recording added to a
+#: LlamaIndex chat by 40% and to a call on a model that waits 2 ms by half; 50 ms saved
+#: little more (`benchmarks/RESULTS.md`), and a row still waits well within the 50 ms the
+#: benchmarks allow from `record` to durable.
 LINGER = 0.02
 
 
@@ -71,7 +72,7 @@ class BatchedWriter:
         #: how long a recording thread waits for room in a full queue before its row is
         #: spooled in its own thread instead (the database is stuck, not merely slow)
         self.put_timeout = put_timeout
-        self.linger = check_linger(linger)
+        self.linger = linger  # checked by `Store`, which takes it from the user
         # After one put timed out the writer is stuck: later rows spool at once instead of
         # each waiting `put_timeout`, until the writer is seen making progress again.
         self._stalled_at: int | None = None
