@@ -13,6 +13,7 @@ other classes, and a replay tracked with `instrument(player)` must find the reco
 from __future__ import annotations
 
 import threading
+from collections import deque
 from typing import Any, NamedTuple
 
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -25,6 +26,11 @@ from llama_index.core.types import BasePydanticProgram
 from agentreplay_core import current_path
 from agentreplay_core._keys import join_path
 
+#: spans remembered after they exit, the most recent ones: an event can still come after its
+#: span exits (a stream's chunks and end come as the host consumes it) and must find the span's
+#: path, but a long session must not keep every span it saw (~660 bytes a chat otherwise)
+KEEP_EXITED = 10_000
+
 #: the BaseEmbedding entry points that fire embedding events (recorded vectors sit below them)
 EMBEDDING_ENTRY_POINTS = frozenset({
     "get_query_embedding", "aget_query_embedding", "get_text_embedding",
@@ -34,8 +40,8 @@ EMBEDDING_ENTRY_POINTS = frozenset({
 class SpanInfo:
     """What the recording needs to know about one span (slots: one is made per span)."""
 
-    __slots__ = ("children", "inner", "instance", "instance_id", "method", "name", "nested",
-                 "owner", "parent", "path", "structured")
+    __slots__ = ("children", "exited", "inner", "instance", "instance_id", "method", "name",
+                 "nested", "owner", "parent", "path", "structured")
 
     def __init__(self, parent: str | None, path: str, method: str, owner: str = "",
                  name: str = "", instance_id: int = 0) -> None:
@@ -57,6 +63,8 @@ class SpanInfo:
         #: inside structured_predict or a pydantic program: its tool only builds the output
         #: object, locally, and runs again in replay, so it is not recorded
         self.structured = False
+        #: the span has ended (`SpanTree.exited`)
+        self.exited = False
         #: path segment -> how many children of this span used it (made at the first child)
         self.children: dict[str, int] | None = None
 
@@ -114,6 +122,8 @@ class SpanTree:
         self._spans: dict[str, SpanInfo] = {}
         self._roots: dict[tuple[str, str], int] = {}
         self._counts: dict[str, int] = {}
+        #: ids of exited spans, oldest first (see `KEEP_EXITED`)
+        self._exited: deque[str] = deque()
 
     def enter(self, span_id: str, parent_id: str | None, instance: Any) -> SpanInfo:
         method = span_id.split("-", 1)[0]
@@ -181,11 +191,19 @@ class SpanTree:
             return ids
 
     def exited(self, span_id: str) -> SpanInfo | None:
-        """The span has ended: forget its object; returns what is known about it."""
+        """The span has ended: forget its object, and the oldest exited span beyond
+        `KEEP_EXITED`; returns what is known about it."""
         with self._lock:
             info = self._spans.get(span_id)
-            if info is not None:
+            if info is not None and not info.exited:
+                info.exited = True
                 info.instance = None  # do not keep the LLM alive for the whole run
+                exited = self._exited
+                exited.append(span_id)
+                if len(exited) > KEEP_EXITED:
+                    forgotten = self._spans.pop(exited.popleft(), None)
+                    if forgotten is not None:  # its texts' counter (`count`) goes with it
+                        self._counts.pop(forgotten.path, None)
             return info
 
     def count(self, base: str) -> int:
@@ -220,3 +238,4 @@ class SpanTree:
             self._spans.clear()
             self._roots.clear()
             self._counts.clear()
+            self._exited.clear()
