@@ -28,7 +28,8 @@ from agentreplay_core._keys import join_path
 
 #: spans remembered after they exit, the most recent ones: an event can still come after its
 #: span exits (a stream's chunks and end come as the host consumes it) and must find the span's
-#: path, but a long session must not keep every span it saw (~660 bytes a chat otherwise)
+#: path, but a long session must not keep every span it saw (~860 bytes a chat otherwise,
+#: the span ids included)
 KEEP_EXITED = 10_000
 
 #: the BaseEmbedding entry points that fire embedding events (recorded vectors sit below them)
