@@ -25,7 +25,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import hmac
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from uuid import UUID
@@ -39,18 +38,6 @@ from agentreplay_core._model import Run, RunStatus, Step
 GENESIS = hashlib.sha256(b"agentreplay/chain/v1").digest()
 HMAC_ENV = "AGENTREPLAY_HMAC_KEY"
 HMAC_OLD_ENV = "AGENTREPLAY_HMAC_OLD_KEYS"
-
-
-def hmac_key_from_env() -> bytes | None:
-    """The HMAC key from `AGENTREPLAY_HMAC_KEY`, if set."""
-    value = os.environ.get(HMAC_ENV)
-    return value.encode("utf-8") if value else None
-
-
-def hmac_old_keys_from_env() -> tuple[bytes, ...]:
-    """Retired keys that still verify old runs: `AGENTREPLAY_HMAC_OLD_KEYS`, comma-separated."""
-    value = os.environ.get(HMAC_OLD_ENV, "")
-    return tuple(k.strip().encode("utf-8") for k in value.split(",") if k.strip())
 
 
 def key_id(key: bytes) -> str:

@@ -9,41 +9,29 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 from uuid import UUID, uuid4
 
-from agentreplay_core._errors import (
-    AgentReplayError,
-    IntegrityError,
-    RunNotFound,
-    StoreError,
-)
-from agentreplay_core._fork import fork_starter
-from agentreplay_core._integrity import (
-    Problem,
-    VerifyReport,
-    chain_name,
-    hmac_key_from_env,
-    hmac_old_keys_from_env,
-    verify_chain,
-)
+from agentreplay_core._errors import AgentReplayError, RunNotFound, StoreError
+from agentreplay_core._integrity import Problem, VerifyReport, chain_name, verify_chain
 from agentreplay_core._keys import clean_label
-from agentreplay_core._metadata import meta_entropy, run_metadata
-from agentreplay_core._model import FORMAT_VERSION, EmbeddingMatch, Run, RunStatus, Step
-from agentreplay_core._player import Player, check_match_mode
+from agentreplay_core._metadata import run_metadata
+from agentreplay_core._model import EmbeddingMatch, Run, RunStatus, Step
+from agentreplay_core._player import Player
 from agentreplay_core._prepare_client import PREPARE_ENV, check_prepare
 from agentreplay_core._recorder import Recorder
 from agentreplay_core._redact import Redactor
 from agentreplay_core._run_lookup import as_run_id, close_ids, reap, resolve_run_id
 from agentreplay_core._sink import Sink
 from agentreplay_core._spool import Spool
+from agentreplay_core._store_keys import store_keys
+from agentreplay_core._store_replay import OnDivergence, replaying
 from agentreplay_core._writer import LINGER, BatchedWriter, Writer, check_linger
 from agentreplay_core._writer_sync import SyncWriter, check_durability
 from agentreplay_core.stores._backend import StoreBackend
 
 log = logging.getLogger("agentreplay")
 
-OnDivergence = Literal["raise", "live"]
 _UNSET: Any = object()
 #: longest run name: a btree index entry holds at most ~2,700 bytes (500 4-byte characters
 #: fit, with the rest of the entry); longer names would be refused by PostgreSQL
@@ -77,18 +65,11 @@ class Store:
         self.prepare = check_prepare(prepare or os.environ.get(PREPARE_ENV) or "thread")
         #: with an HMAC key, also trust runs chained without one (recorded before the key)
         self.accept_unkeyed_runs = accept_unkeyed_runs
-        keys: Sequence[bytes | str | None]
-        if hmac_key is _UNSET:
-            keys = [hmac_key_from_env(), *hmac_old_keys_from_env()]
-        elif hmac_key is None or isinstance(hmac_key, (str, bytes)):
-            keys = [hmac_key]
-        else:
-            keys = list(hmac_key)
-        encoded = [k.encode() if isinstance(k, str) else k for k in keys]
+        new_key, old_keys = store_keys(hmac_key, from_env=hmac_key is _UNSET)
         #: the key new runs are chained with (the first of `hmac_key=[new, old, ...]`)
-        self.hmac_key: bytes | None = encoded[0] if encoded else None
+        self.hmac_key: bytes | None = new_key
         #: retired keys: runs chained under them still verify (SECURITY.md, key rotation)
-        self.hmac_old_keys: tuple[bytes, ...] = tuple(k for k in encoded[1:] if k)
+        self.hmac_old_keys: tuple[bytes, ...] = old_keys
         if redaction is _UNSET:
             redaction = Redactor.from_env()
         #: replaces secrets before anything is stored (None: redaction off)
@@ -284,7 +265,6 @@ class Store:
                 progress(len(reports), len(runs))
         return reports
 
-    @contextlib.contextmanager
     def replay(
         self,
         run_id: UUID | str,
@@ -297,8 +277,9 @@ class Store:
         allow_hosts: Iterable[tuple[str, int]] = (),
         entropy: bool | None = None,
         secrets: Mapping[str, str] | Iterable[str] | None = None,
-    ) -> Iterator[Player]:
-        """Replay a recorded run: yields a `Player` that replay backends ask for results.
+    ) -> contextlib.AbstractContextManager[Player]:
+        """Replay a recorded run: a context manager that yields the `Player` replay
+        backends ask for results.
 
         Refuses a run that fails verification (`IntegrityError`) unless `verify=False`. Leaving
         the block with recorded steps never asked for raises `ReplayDivergence(missing_call)`
@@ -307,39 +288,6 @@ class Store:
         Recorded outputs hold placeholders where secrets were; `secrets` puts them back:
         `{placeholder: secret}`, or just the secrets (placeholders derived with the key).
         """
-        self._check_open()
-        if on_divergence not in ("raise", "live"):
-            raise ValueError("on_divergence must be 'raise' or 'live'")
-        if on_divergence == "live":
-            self._check_writable()  # the fork is a new recording: say so now, not mid-replay
-        run = self.get_run(run_id)
-        if run.format_version > FORMAT_VERSION:  # its steps may mean what this code cannot know
-            raise StoreError(f"run {run.run_id} was recorded by a newer agentreplay (format "
-                             f"{run.format_version} > {FORMAT_VERSION}); upgrade agentreplay "
-                             "to replay it")
-        steps = self.backend.load_steps(run.run_id)
-        if verify:
-            report = self.verify_steps(run, steps)
-            if not report.ok:
-                raise IntegrityError(
-                    f"run {run.run_id} failed verification; refusing to replay it "
-                    f"(pass verify=False to replay anyway):\n{report}", report=report)
-        player = Player(run, steps, match=check_match_mode(match), redactor=self.redaction,
-                        secrets=secrets)
-        recorded_entropy = meta_entropy(run)
-        with contextlib.ExitStack() as stack:
-            if on_divergence == "live":
-                player.fork_starter = fork_starter(self, run, stack)
-            if network_guard if network_guard is not None else on_divergence == "raise":
-                from agentreplay_core._netguard import network_guard as guard
-
-                endpoints: list[tuple[str, int]] = getattr(
-                    self.backend, "server_endpoints", list)()
-                stack.enter_context(guard(allow=[*endpoints, *allow_hosts], run_id=run.run_id))
-            if recorded_entropy if entropy is None else entropy:
-                from agentreplay_core._entropy import replay_entropy
-
-                stack.enter_context(replay_entropy(player))
-            yield player
-        if player.fork is None and not allow_unused:
-            player.check_all_consumed()
+        return replaying(self, run_id, match=match, allow_unused=allow_unused, verify=verify,
+                         on_divergence=on_divergence, network_guard=network_guard,
+                         allow_hosts=allow_hosts, entropy=entropy, secrets=secrets)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from psycopg import sql
 
-from agentreplay_core.stores._sql import _table
+from agentreplay_core.stores._sql import qualified
 
 __all__ = [
     "advisory_xact_lock",
@@ -30,19 +30,19 @@ def create_migrations_table(schema: str) -> sql.Composed:
         "CREATE TABLE IF NOT EXISTS {} ("
         "version integer PRIMARY KEY, name text NOT NULL, "
         "applied_at timestamptz NOT NULL DEFAULT now())"
-    ).format(_table(schema, "schema_migrations"))
+    ).format(qualified(schema, "schema_migrations"))
 
 
 def applied_migrations(schema: str) -> sql.Composed:
     return sql.SQL("SELECT version, name, applied_at FROM {} ORDER BY version").format(
-        _table(schema, "schema_migrations")
+        qualified(schema, "schema_migrations")
     )
 
 
 def record_migration(schema: str) -> sql.Composed:
     """Parameters: version, name."""
     return sql.SQL("INSERT INTO {} (version, name) VALUES (%s, %s)").format(
-        _table(schema, "schema_migrations")
+        qualified(schema, "schema_migrations")
     )
 
 

@@ -20,7 +20,7 @@ from psycopg import sql
 from agentreplay_core import _codec
 from agentreplay_core._errors import RunNotFound, StoreError
 from agentreplay_core._model import Run, RunStatus
-from agentreplay_core.stores import _sql
+from agentreplay_core.stores import _sql, _sql_staging
 from agentreplay_core.stores._backend import (
     EmbeddingRow,
     PendingStep,
@@ -205,25 +205,25 @@ class PostgresWrites(PostgresPart):
         100-step runs took 2-14% less time and 16-22% less CPU in binary
         (`benchmarks/RESULTS.md`)."""
         if idempotent:
-            cur.execute(_sql.create_stage_steps(self.schema))
+            cur.execute(_sql_staging.create_stage_steps(self.schema))
         zone = cur.connection.info.timezone
         query = self._query(cur.connection, "copy, staged" if idempotent else "copy")
         with cur.copy(query) as copy:
             _write_chunks(copy, binary_step_rows(steps, zone), "step")
         if idempotent:
-            cur.execute(_sql.merge_staged_steps(self.schema))
+            cur.execute(_sql_staging.merge_staged_steps(self.schema))
 
     def _copy_vectors(
         self, cur: psycopg.Cursor[Any], rows: list[tuple[UUID, int, int, bytes]],
         idempotent: bool,
     ) -> None:
         if idempotent:
-            cur.execute(_sql.create_stage_vectors(self.schema))
+            cur.execute(_sql_staging.create_stage_vectors(self.schema))
         with cur.copy(self._query(cur.connection, "vectors, staged" if idempotent
                                   else "vectors")) as copy:
             _write_chunks(copy, binary_vector_rows(rows), "vector")
         if idempotent:
-            cur.execute(_sql.merge_staged_vectors(self.schema))
+            cur.execute(_sql_staging.merge_staged_vectors(self.schema))
 
 
 def _write_chunks(copy: psycopg.Copy, chunks: Iterator[bytearray], what: str) -> None:
@@ -272,9 +272,9 @@ _WRITES: dict[str, Callable[[str, int], sql.Composed]] = {
     "insert": lambda schema, rows: _sql.insert_steps(schema, rows, idempotent=False),
     _IDEMPOTENT_INSERT: lambda schema, rows: _sql.insert_steps(schema, rows, idempotent=True),
     "copy": lambda schema, _: _sql.copy_steps(schema),
-    "copy, staged": lambda schema, _: _sql.copy_steps(schema, staged=True),
+    "copy, staged": lambda schema, _: _sql_staging.copy_staged_steps(),
     "vectors": lambda schema, _: _sql.copy_vectors(schema),
-    "vectors, staged": lambda schema, _: _sql.copy_vectors(schema, staged=True),
+    "vectors, staged": lambda schema, _: _sql_staging.copy_staged_vectors(),
     "run+steps": _sql.insert_run_and_steps,
     "steps+seal": _sql.insert_steps_and_seal,
 }

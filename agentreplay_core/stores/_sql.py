@@ -2,7 +2,8 @@
 
 Every identifier (the schema, the pgvector schema, temporary tables) is passed as
 `sql.Identifier`, every value as a query parameter; nothing is formatted into SQL text.
-The migrations' own statements are in `_migrate_sql`.
+The migrations' own statements are in `_migrate_sql`, the staging of idempotent appends in
+`_sql_staging`.
 """
 
 from __future__ import annotations
@@ -17,34 +18,6 @@ from psycopg import sql
 
 from agentreplay_core._errors import StoreError
 
-__all__ = [
-    "RUN_COLUMNS",
-    "STEP_COLUMNS",
-    "InvalidSchemaName",
-    "begin_without_statement_timeout",
-    "change_status",
-    "check_schema_name",
-    "copy_steps",
-    "copy_vectors",
-    "create_stage_steps",
-    "create_stage_vectors",
-    "delete_rows",
-    "finish_run",
-    "insert_run",
-    "list_runs",
-    "load_steps",
-    "merge_staged_steps",
-    "merge_staged_vectors",
-    "missing_privileges",
-    "read_in_index_order",
-    "run_ids_between",
-    "search_embeddings",
-    "select_run",
-    "set_config",
-    "table_exists",
-    "vector_type",
-]
-
 _SCHEMA_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}\Z")
 
 #: columns of `runs` in the order `select_run` / `list_runs` return them
@@ -57,11 +30,9 @@ STEP_COLUMNS = (
     "run_id", "step", "kind", "name", "match_key", "path", "input", "output", "is_error",
     "started_at", "duration_ms", "checksum",
 )  # fmt: skip
-_EMBEDDING_COLUMNS = ("run_id", "step", "position", "dims", "embedding")
+EMBEDDING_COLUMNS = ("run_id", "step", "position", "dims", "embedding")
 _JSON_COLUMNS = frozenset({"metadata", "input", "output"})
 
-_STAGE_STEPS = sql.Identifier("agentreplay_stage_run_log")
-_STAGE_VECTORS = sql.Identifier("agentreplay_stage_embeddings")
 
 
 class InvalidSchemaName(StoreError, ValueError):
@@ -85,11 +56,11 @@ def check_schema_name(schema: str) -> str:
     return schema
 
 
-def _table(schema: str, table: str) -> sql.Composed:
+def qualified(schema: str, table: str) -> sql.Composed:
     return sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(table))
 
 
-def _names(columns: tuple[str, ...]) -> sql.Composed:
+def names(columns: tuple[str, ...]) -> sql.Composed:
     return sql.SQL(", ").join(map(sql.Identifier, columns))
 
 
@@ -149,7 +120,7 @@ def insert_run(schema: str) -> sql.Composed:
         sql.SQL("%s::jsonb") if c in _JSON_COLUMNS else sql.Placeholder() for c in RUN_COLUMNS
     ]
     return sql.SQL("INSERT INTO {} ({}) VALUES ({}) ON CONFLICT (run_id) DO NOTHING").format(
-        _table(schema, "runs"), _names(RUN_COLUMNS), sql.SQL(", ").join(values)
+        qualified(schema, "runs"), names(RUN_COLUMNS), sql.SQL(", ").join(values)
     )
 
 
@@ -159,14 +130,14 @@ def finish_run(schema: str) -> sql.Composed:
     return sql.SQL(
         "UPDATE {} SET status = %s, step_count = %s, head_checksum = %s, finished_at = %s "
         "WHERE run_id = %s"
-    ).format(_table(schema, "runs"))
+    ).format(qualified(schema, "runs"))
 
 
 def change_status(schema: str) -> sql.Composed:
     """Parameters: new status, run_id, expected status. Changes the row only if it still has
     the expected status, so a concurrent seal is never overwritten."""
     return sql.SQL("UPDATE {} SET status = %s WHERE run_id = %s AND status = %s").format(
-        _table(schema, "runs")
+        qualified(schema, "runs")
     )
 
 
@@ -174,7 +145,7 @@ def change_status(schema: str) -> sql.Composed:
 def select_run(schema: str) -> sql.Composed:
     """Parameter: run_id."""
     return sql.SQL("SELECT {} FROM {} WHERE run_id = %s").format(
-        _select_list(RUN_COLUMNS), _table(schema, "runs")
+        _select_list(RUN_COLUMNS), qualified(schema, "runs")
     )
 
 
@@ -210,7 +181,7 @@ def list_runs(
         tail = sql.SQL(" LIMIT %s")
         params.append(limit)
     query = sql.SQL("SELECT {} FROM {}{} ORDER BY started_at DESC, run_id DESC{}").format(
-        _select_list(RUN_COLUMNS), _table(schema, "runs"), where, tail
+        _select_list(RUN_COLUMNS), qualified(schema, "runs"), where, tail
     )
     return query, params
 
@@ -219,38 +190,21 @@ def run_ids_between(schema: str) -> sql.Composed:
     """Parameters: lowest id, highest id, limit. A range scan of the primary key."""
     return sql.SQL(
         "SELECT run_id FROM {} WHERE run_id BETWEEN %s AND %s ORDER BY run_id LIMIT %s"
-    ).format(_table(schema, "runs"))
+    ).format(qualified(schema, "runs"))
 
 
 def delete_rows(schema: str, table: str) -> sql.Composed:
     """Parameter: run_id."""
-    return sql.SQL("DELETE FROM {} WHERE run_id = %s").format(_table(schema, table))
+    return sql.SQL("DELETE FROM {} WHERE run_id = %s").format(qualified(schema, table))
 
 
 # -- steps and vectors --------------------------------------------------------------------
 
 
 @functools.lru_cache(maxsize=128)  # built on every write: compose once
-def create_stage_steps(schema: str) -> sql.Composed:
-    """Session-private staging table for idempotent appends, gone at commit."""
-    return sql.SQL("CREATE TEMP TABLE {} (LIKE {}) ON COMMIT DROP").format(
-        _STAGE_STEPS, _table(schema, "run_log")
-    )
-
-
-@functools.lru_cache(maxsize=128)  # built on every write: compose once
-def create_stage_vectors(schema: str) -> sql.Composed:
-    return sql.SQL("CREATE TEMP TABLE {} (LIKE {}) ON COMMIT DROP").format(
-        _STAGE_VECTORS, _table(schema, "embeddings")
-    )
-
-
-@functools.lru_cache(maxsize=128)  # built on every write: compose once
-def copy_steps(schema: str, *, staged: bool = False) -> sql.Composed:
+def copy_steps(schema: str) -> sql.Composed:
     """Binary COPY of `STEP_COLUMNS` (data rendered by `_pgrows.binary_step_rows`)."""
-    target = _STAGE_STEPS if staged else _table(schema, "run_log")
-    return sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
-        target, _names(STEP_COLUMNS))
+    return copy_binary(qualified(schema, "run_log"), STEP_COLUMNS)
 
 
 @functools.lru_cache(maxsize=128)  # built on every write: compose once
@@ -258,7 +212,7 @@ def insert_steps(schema: str, rows: int, *, idempotent: bool) -> sql.Composed:
     """One multi-row INSERT: a single round trip for the small batches of `sync` recording."""
     row = sql.SQL("({})").format(sql.SQL(", ").join(sql.Placeholder() * len(STEP_COLUMNS)))
     query = sql.SQL("INSERT INTO {} ({}) VALUES {}").format(
-        _table(schema, "run_log"), _names(STEP_COLUMNS), sql.SQL(", ").join([row] * rows))
+        qualified(schema, "run_log"), names(STEP_COLUMNS), sql.SQL(", ").join([row] * rows))
     if idempotent:
         query = sql.SQL("{} ON CONFLICT (run_id, step) DO NOTHING").format(query)
     return query
@@ -279,37 +233,20 @@ def insert_steps_and_seal(schema: str, rows: int) -> sql.Composed:
 
 
 @functools.lru_cache(maxsize=128)  # built on every write: compose once
-def copy_vectors(schema: str, *, staged: bool = False) -> sql.Composed:
+def copy_vectors(schema: str) -> sql.Composed:
     """Binary COPY of the embeddings' columns (see `_pgrows.binary_vector_rows`)."""
-    target = _STAGE_VECTORS if staged else _table(schema, "embeddings")
-    return sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
-        target, _names(_EMBEDDING_COLUMNS))
+    return copy_binary(qualified(schema, "embeddings"), EMBEDDING_COLUMNS)
 
 
-@functools.lru_cache(maxsize=128)  # built on every write: compose once
-def merge_staged_steps(schema: str) -> sql.Composed:
-    return sql.SQL(
-        "INSERT INTO {} ({}) SELECT {} FROM {} ON CONFLICT (run_id, step) DO NOTHING"
-    ).format(_table(schema, "run_log"), _names(STEP_COLUMNS), _names(STEP_COLUMNS), _STAGE_STEPS)
-
-
-@functools.lru_cache(maxsize=128)  # built on every write: compose once
-def merge_staged_vectors(schema: str) -> sql.Composed:
-    return sql.SQL(
-        "INSERT INTO {} ({}) SELECT {} FROM {} ON CONFLICT (run_id, step, position) DO NOTHING"
-    ).format(
-        _table(schema, "embeddings"),
-        _names(_EMBEDDING_COLUMNS),
-        _names(_EMBEDDING_COLUMNS),
-        _STAGE_VECTORS,
-    )
+def copy_binary(target: sql.Composable, columns: tuple[str, ...]) -> sql.Composed:
+    return sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(target, names(columns))
 
 
 @functools.lru_cache(maxsize=128)  # built on every write: compose once
 def load_steps(schema: str) -> sql.Composed:
     """Parameter: run_id."""
     return sql.SQL("SELECT {} FROM {} WHERE run_id = %s ORDER BY step").format(
-        _select_list(STEP_COLUMNS), _table(schema, "run_log")
+        _select_list(STEP_COLUMNS), qualified(schema, "run_log")
     )
 
 
@@ -322,8 +259,8 @@ def search_embeddings(schema: str, vector_schema: str) -> sql.Composed:
     ).format(
         sql.Identifier(vector_schema),
         vector_type(vector_schema),
-        _table(schema, "embeddings"),
-        _table(schema, "run_log"),
+        qualified(schema, "embeddings"),
+        qualified(schema, "run_log"),
     )
 
 
