@@ -32,6 +32,7 @@ from datetime import timezone
 from typing import Any, Protocol, TypeVar
 
 from agentreplay_core import _entropy_patches as patches
+from agentreplay_core._entropy_values import as_int
 from agentreplay_core._errors import AgentReplayError
 
 __all__ = [
@@ -157,7 +158,7 @@ class _Replaying(_Session):
 
     def seed(self) -> int:
         return self._restore("random.seed", self._player.next("random", "random.seed", {}),
-                             patches.as_int)
+                             as_int)
 
     def handle(self, kind: str, name: str, args: dict[str, Any], live: Callable[[], T],
                restore: Callable[[Any], T]) -> T:

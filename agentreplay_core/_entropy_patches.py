@@ -20,8 +20,17 @@ from datetime import datetime as _RealDatetime
 from datetime import timezone, tzinfo
 from typing import Any, Protocol, TypeVar
 
+from agentreplay_core._entropy_values import (
+    as_bytes,
+    as_datetime,
+    as_float,
+    as_int,
+    as_none,
+    as_uuid,
+    rebuild,
+)
+
 T = TypeVar("T")
-D = TypeVar("D", bound=_RealDatetime)
 
 
 class Interceptor(Protocol):
@@ -62,56 +71,6 @@ def _caller() -> str | None:
             return name if isinstance(name, str) else None
         frame = frame.f_back
     return None
-
-
-# -- recorded value -> result (replay); TypeError / ValueError become a clear error ----------
-
-
-def as_float(value: Any) -> float:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    raise TypeError(f"holds {type(value).__name__} {value!r:.60}, expected a float")
-
-
-def as_int(value: Any) -> int:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return int(value)
-    raise TypeError(f"holds {type(value).__name__} {value!r:.60}, expected an int")
-
-
-def as_none(value: Any) -> None:
-    if value is not None:
-        raise TypeError(f"holds {type(value).__name__} {value!r:.60}, expected None")
-
-
-def as_uuid(value: Any) -> uuid.UUID:
-    if isinstance(value, uuid.UUID):
-        return value
-    raise TypeError(f"holds {type(value).__name__} {value!r:.60}, expected a UUID")
-
-
-def as_bytes(value: Any, size: int) -> bytes:
-    if not isinstance(value, bytes):
-        raise TypeError(f"holds {type(value).__name__} {value!r:.60}, expected bytes")
-    if len(value) != size:
-        raise ValueError(f"holds {len(value)} bytes where {size} were asked for")
-    return value
-
-
-def as_datetime(value: Any, tz: tzinfo | None) -> _RealDatetime:
-    """The recorded datetime, converted to the `tz` object the caller passed."""
-    if not isinstance(value, _RealDatetime):
-        raise TypeError(f"holds {type(value).__name__} {value!r:.60}, expected a datetime")
-    if tz is None:
-        return value
-    if value.tzinfo is None:
-        raise ValueError("holds a naive datetime but the call asked for a time zone")
-    return value.astimezone(tz)
-
-
-def rebuild(cls: type[D], v: _RealDatetime) -> D:
-    return cls(v.year, v.month, v.day, v.hour, v.minute, v.second, v.microsecond, v.tzinfo,
-               fold=v.fold)
 
 
 # -- argument checks: invalid arguments go to the original, which raises its own error -------

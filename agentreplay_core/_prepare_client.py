@@ -17,7 +17,6 @@ import os
 import pickle
 import select
 import subprocess
-import sys
 import time
 import weakref
 from collections.abc import Iterable
@@ -25,13 +24,9 @@ from typing import Literal
 
 import orjson
 
-try:
-    import fcntl
-except ImportError:  # Windows: no helper process there anyway
-    fcntl = None  # type: ignore[assignment]
-
 from agentreplay_core._prepare import Prepared
 from agentreplay_core._prepare_helper import HEADER, READY
+from agentreplay_core._prepare_spawn import start_helper
 from agentreplay_core._redact import Redactor
 from agentreplay_core._step_chain import Captured
 
@@ -49,52 +44,6 @@ def check_prepare(value: str) -> Prepare:
     if value not in PREPARE_MODES:
         raise ValueError(f"prepare must be one of {', '.join(PREPARE_MODES)}, not {value!r}")
     return value  # type: ignore[return-value]
-
-
-def _start() -> subprocess.Popen[bytes] | None:
-    if os.name != "posix":  # the pipes are read with select(), which Windows lacks for them
-        log.warning("agentreplay: prepare=\"process\" needs a POSIX system; steps are prepared "
-                    "in this process")
-        return None
-    if not sys.executable or getattr(sys, "frozen", False):
-        # a frozen application's executable is the application itself, not a Python
-        log.warning("agentreplay: prepare=\"process\" found no Python executable to run the "
-                    "helper with (sys.executable is %r%s); steps are prepared in this process",
-                    sys.executable, ", a frozen application" if getattr(sys, "frozen", False)
-                    else "")
-        return None
-    env = dict(os.environ)
-    # the helper imports agentreplay from where this process does
-    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-    try:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "agentreplay_core._prepare_helper"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, close_fds=True,
-            # its own session: the terminal's Ctrl-C is for the agent, not for the helper
-            start_new_session=True)
-    except OSError as exc:
-        log.warning("agentreplay: could not start the prepare helper process (%s); steps are "
-                    "prepared in this process", exc)
-        return None
-    assert process.stdin is not None and process.stdout is not None
-    for pipe in (process.stdin, process.stdout):
-        os.set_blocking(pipe.fileno(), False)
-        _widen(pipe.fileno())
-    return process
-
-
-#: Linux's fcntl that resizes a pipe (None elsewhere)
-_F_SETPIPE_SZ: int | None = getattr(fcntl, "F_SETPIPE_SZ", None)
-
-
-def _widen(fd: int) -> None:
-    """A pipe of 1 MiB where Linux allows it (64 KiB by default): a batch then goes through
-    in one write and one read instead of a dozen, and each of those hands the GIL over to
-    the agent's thread and must wait to get it back."""
-    if _F_SETPIPE_SZ is None:
-        return
-    with contextlib.suppress(OSError):
-        fcntl.fcntl(fd, _F_SETPIPE_SZ, 1 << 20)
 
 
 _clients: weakref.WeakSet[PrepareClient] = weakref.WeakSet()
@@ -117,7 +66,7 @@ class PrepareClient:
 
     def __init__(self, timeout: float | None = None) -> None:
         self.timeout = TIMEOUT_SECONDS if timeout is None else timeout
-        self._process = _start()
+        self._process = start_helper()
         self._started = time.monotonic()
         self._ready = False
         self._tokens: weakref.WeakKeyDictionary[Redactor, int] = weakref.WeakKeyDictionary()

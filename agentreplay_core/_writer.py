@@ -54,11 +54,11 @@ class BatchedWriter:
     """A background thread that writes rows in batches; the queue is bounded (backpressure).
 
     Recording threads only append to a deque. The writer is woken once per burst, not once per
-    row: while rows keep coming it lingers `linger` seconds between batches, so that a burst
+    row: while rows keep coming it takes a batch every `linger` seconds, so that a burst
     becomes one batch and the recording thread does not pay a thread switch per step. Control
-    items (a flush barrier, a seal, stop) and a full batch wake it at once. When the load is
-    light a row waits at most `linger` before its batch starts; when it is heavy batches grow
-    up to `max_batch`.
+    items (a flush barrier, a seal, stop) and a full batch wake it at once. A row waits for its
+    batch to start at most `linger`, or the write of the batch before it where that took
+    longer; when the load is heavy batches grow up to `max_batch`.
     """
 
     def __init__(self, sink: Sink, *, max_queue: int = 10_000, max_batch: int = 1_000,
@@ -84,6 +84,9 @@ class BatchedWriter:
         self._idle = False
         #: a flush, seal or stop is queued: write without lingering
         self._urgent = False
+        #: when the rows now queued started to queue at the earliest: the last batch was
+        #: taken then, or the first row of a burst came to an idle writer
+        self._since = time.monotonic()
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="agentreplay-writer", daemon=True)
         self._thread.start()
@@ -211,12 +214,18 @@ class BatchedWriter:
             if not items:  # checked again after `_idle` is visible: no wake-up can be missed
                 self._wake.wait()
             self._idle = False
+            self._since = time.monotonic()  # a burst's first row came just now
         self._wake.clear()
         if wait and not self._urgent and len(items) < self.max_batch and self.linger > 0:
             # the first rows of a burst: let the rest join them in one batch (a flush, a
-            # seal or stop cuts the wait short)
-            self._wake.wait(self.linger)
-            self._wake.clear()
+            # seal or stop cuts the wait short). Rows that came while the last batch was
+            # written have waited since it was taken: the linger counts from then, so that
+            # no row waits more than one linger and a write
+            remaining = self._since + self.linger - time.monotonic()
+            if remaining > 0:
+                self._wake.wait(remaining)
+                self._wake.clear()
+        self._since = time.monotonic()  # rows queued from now on go in the next batch
         batch: list[_Item] = []
         with contextlib.suppress(IndexError):
             while len(batch) < self.max_batch:

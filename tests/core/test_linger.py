@@ -104,3 +104,37 @@ def test_a_full_batch_flush_and_seal_do_not_wait_for_the_linger(
         assert time.monotonic() - t0 < 45
         assert len(_xmins(pg_dsn, pg_schema, rec.run_id)) == 52
         assert store.get_run(rec.run_id).status.value == "complete"
+
+
+def _waits_for_a_lock(dsn: str) -> bool:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT count(*) FROM pg_locks WHERE NOT granted").fetchone()
+    return bool(row and row[0])
+
+
+def test_a_row_queued_while_a_batch_is_written_waits_one_linger_in_all(
+    pg_dsn: str, pg_schema: str, spool_dir: Path
+) -> None:
+    """The linger counts from when the batch before was taken. A row that came while that
+    batch was being written (held up here by a lock on the table, for longer than a linger)
+    is taken as soon as the write ends, not after one more linger."""
+    linger = 3.0
+    with open_store(pg_dsn, schema=pg_schema, spool_dir=spool_dir, linger=linger,
+                    lock_timeout=60, write_statement_timeout=60) as store, \
+            psycopg.connect(pg_dsn) as blocker:
+        with store.record(name="held up") as rec:
+            rec.record("tool", "t", {"i": 1}, {"ok": 1})  # the writer wakes and lingers
+            blocker.execute(sql.SQL("LOCK TABLE {} IN EXCLUSIVE MODE")
+                            .format(sql.Identifier(pg_schema, "run_log")))
+            # the linger ends: the writer takes the first batch and waits for the lock
+            assert _eventually(lambda: _waits_for_a_lock(pg_dsn), 30)
+            rec.record("tool", "t", {"i": 2}, {"ok": 2})  # queued during that write
+            time.sleep(linger + 0.5)
+            blocker.commit()  # the lock goes: the first batch is written
+            released = time.monotonic()
+            assert _eventually(lambda: len(_xmins(pg_dsn, pg_schema, rec.run_id)) == 2, 30)
+            waited = time.monotonic() - released
+            first, second = _xmins(pg_dsn, pg_schema, rec.run_id)
+        assert first != second  # the second row was not in the batch the lock held up
+        assert waited < linger / 2, f"the second batch waited {waited:.1f}s after the first"
+        assert store.verify(rec.run_id).ok
