@@ -79,7 +79,7 @@ class RecordingSession:
         base = self.path_for(event.span_id, f"embedding:{name}")
         for text, vector in zip(event.chunks, event.embeddings, strict=False):
             self.recorder.record("embedding", name, {"mode": mode, "text": text},
-                                 [float(x) for x in vector],
+                                 list(map(float, vector)),
                                  path=join_path(base, str(self.tree.count(base))))
 
     def retrieval(self, event: RetrievalEndEvent) -> None:

@@ -118,7 +118,7 @@ class ReplayEmbedding(BaseEmbedding):
                 path: str | None, started: datetime, t0: float) -> list[Embedding]:
         # as the recording stores them: one step per text, the vector as float64s; `path` is
         # the first text's (taken when it was asked for), the others count on from it
-        vectors = [[float(x) for x in vector] for vector in got]
+        vectors = [list(map(float, vector)) for vector in got]
         ms = (time.perf_counter() - t0) * 1000
         for i, (text, vector) in enumerate(zip(texts, vectors, strict=False)):
             fork.record("embedding", self.model_name, {"mode": mode, "text": text}, vector,

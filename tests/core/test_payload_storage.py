@@ -1,12 +1,15 @@
 """Step payloads are compressed with lz4 where the server has it, else stored uncompressed
-(migration 0003) and, then, kept in their row up to ~4 KB (0004); an optional migration never
-holds a store's open up: without its lock, or the right to alter the table, it waits."""
+(migration 0003) and, then, kept in their row up to ~4 KB (0004); pgvector copies stay in their
+row up to ~2,000 dimensions (0005); an optional migration never holds a store's open up:
+without its lock, or the right to alter the table, it waits."""
 
 from __future__ import annotations
 
+import random
 import threading
 
 import psycopg
+import pytest
 from psycopg import sql
 
 from agentreplay_core import open_store
@@ -72,11 +75,11 @@ def test_step_payloads_are_stored_with_lz4_or_uncompressed(pg_dsn: str, pg_schem
         assert size_in > 30_000  # its full size: pglz would have made ~1 KB of it
 
 
-def toasted_chunks(dsn: str, schema: str) -> int:
-    """Rows in run_log's TOAST table: values moved out of their row."""
+def toasted_chunks(dsn: str, schema: str, table: str = "run_log") -> int:
+    """Rows in `table`'s TOAST table: values moved out of their row."""
     with psycopg.connect(dsn) as conn:
         row = conn.execute("SELECT reltoastrelid::regclass::text FROM pg_class WHERE oid = "
-                           "%s::regclass", (f'"{schema}".run_log',)).fetchone()
+                           "%s::regclass", (f'"{schema}".{table}',)).fetchone()
         assert row is not None
         counted = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(
             sql.SQL(row[0]))).fetchone()  # a name from the catalog: pg_toast.pg_toast_N
@@ -110,6 +113,33 @@ def test_uncompressed_chat_steps_of_a_few_kilobytes_stay_in_their_row(
             rec.record("llm", "chat", {"text": " ".join(words * 4)}, "a larger value")
         assert store.verify(rec.run_id).ok
     assert toasted_chunks(pg_dsn, pg_schema) > 0  # a larger value still goes to TOAST
+
+
+def test_pgvector_copies_that_fit_a_page_stay_in_their_row(
+        pg_dsn: str, pg_schema: str, server_has_pgvector: bool) -> None:
+    rng = random.Random(5)
+    small, large = ([rng.gauss(0.0, 1.0) for _ in range(dims)] for dims in (768, 3_000))
+    with open_store(pg_dsn, schema=pg_schema) as store:
+        with store.record(name="vectors") as rec:
+            rec.record("embedding", "embed", {"texts": ["small"]}, [small])
+        if not server_has_pgvector:  # no table to tune: the migration waits with 0002
+            assert {s.version: s.state for s in migration_status(pg_dsn, pg_schema)}[5] == \
+                "waiting"
+            return
+        with psycopg.connect(pg_dsn) as conn:
+            options = conn.execute("SELECT reloptions FROM pg_class WHERE oid = %s::regclass",
+                                   (f'"{pg_schema}".embeddings',)).fetchone()
+            storage = conn.execute(
+                "SELECT attstorage FROM pg_attribute WHERE attrelid = %s::regclass "
+                "AND attname = 'embedding'", (f'"{pg_schema}".embeddings',)).fetchone()
+        assert options == (["toast_tuple_target=8160"],) and storage == ("e",)
+        assert toasted_chunks(pg_dsn, pg_schema, "embeddings") == 0  # 3 KB: in its row
+        with store.record(name="large") as big:  # 12 KB: over a page, so to TOAST
+            big.record("embedding", "embed", {"texts": ["large"]}, [large])
+        assert toasted_chunks(pg_dsn, pg_schema, "embeddings") > 0
+        for vector, run_id in ((small, rec.run_id), (large, big.run_id)):
+            (best,) = store.search_embeddings(vector, limit=1)
+            assert best.run_id == run_id and best.distance == pytest.approx(0.0, abs=1e-3)
 
 
 def test_the_optional_migration_waits_for_its_lock_instead_of_holding_the_open_up(

@@ -278,7 +278,7 @@ def test_the_reader_opens_without_migrating(pg_dsn: str, reader: Reader) -> None
     # a migration that needs pgvector is missing (as when the owner may not create the
     # extension), and the optional ones (as after an upgrade the owner has not opened yet): the
     # reader opens all the same, only search would be missing
-    admin(pg_dsn, sql.SQL("DELETE FROM {} WHERE version IN (2, 3, 4)").format(table))
+    admin(pg_dsn, sql.SQL("DELETE FROM {} WHERE version IN (2, 3, 4, 5)").format(table))
     with psycopg.connect(reader.dsn) as conn:
         from agentreplay_core.stores._migrate import read_status
 
