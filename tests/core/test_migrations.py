@@ -30,6 +30,11 @@ def server_offers_vector(dsn: str) -> bool:
         return bool(row.fetchone() == (1,))
 
 
+def expected_versions(offers_vector: bool) -> list[int]:
+    """Every migration, but those that need pgvector where the server lacks it."""
+    return [1, 2, 3, 4, 5] if offers_vector else [1, 3, 4]
+
+
 def recorded_versions(dsn: str, schema: str) -> list[int]:
     with psycopg.connect(dsn) as conn:
         query = sql.SQL("SELECT version FROM {}.schema_migrations ORDER BY version")
@@ -44,7 +49,7 @@ def test_migration_files_ship_in_the_package() -> None:
 
 
 def test_migrate_is_idempotent_and_reports_status(pg_dsn: str, pg_schema: str) -> None:
-    expected = [1, 2, 3, 4, 5] if server_offers_vector(pg_dsn) else [1, 3, 4]
+    expected = expected_versions(server_offers_vector(pg_dsn))
 
     assert migrate(pg_dsn, pg_schema) == expected
     assert migrate(pg_dsn, pg_schema) == []
@@ -188,7 +193,7 @@ def test_many_processes_and_threads_open_a_fresh_schema_at_once(
 
     assert errors == []
     assert [out for out, _ in outputs] == ["opened\n", "opened\n"], [err for _, err in outputs]
-    expected = [1, 2, 3, 4, 5] if server_offers_vector(pg_dsn) else [1, 3, 4]
+    expected = expected_versions(server_offers_vector(pg_dsn))
     assert recorded_versions(pg_dsn, pg_schema) == expected
 
 
@@ -229,5 +234,4 @@ def test_a_waiting_migration_is_applied_once_pgvector_appears(
 
     with PostgresBackend(user_dsn, schema="agentreplay") as store:
         assert store.has_pgvector is offers_vector
-    assert recorded_versions(user_dsn, "agentreplay") == \
-        ([1, 2, 3, 4, 5] if offers_vector else [1, 3, 4])
+    assert recorded_versions(user_dsn, "agentreplay") == expected_versions(offers_vector)

@@ -75,6 +75,15 @@ def test_step_payloads_are_stored_with_lz4_or_uncompressed(pg_dsn: str, pg_schem
         assert size_in > 30_000  # its full size: pglz would have made ~1 KB of it
 
 
+def reloptions(dsn: str, schema: str, table: str) -> list[str] | None:
+    """The storage parameters set on `table` (None when none is)."""
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT reloptions FROM pg_class WHERE oid = %s::regclass",
+                           (f'"{schema}".{table}',)).fetchone()
+    assert row is not None
+    return row[0]  # type: ignore[no-any-return]
+
+
 def toasted_chunks(dsn: str, schema: str, table: str = "run_log") -> int:
     """Rows in `table`'s TOAST table: values moved out of their row."""
     with psycopg.connect(dsn) as conn:
@@ -96,16 +105,15 @@ def test_uncompressed_chat_steps_of_a_few_kilobytes_stay_in_their_row(
             {"content": " ".join(words[400:])})
     with open_store(pg_dsn, schema=pg_schema) as store, store.record(name="inline") as rec:
         rec.record("llm", "chat", *step)
+    options = reloptions(pg_dsn, pg_schema, "run_log")
     with psycopg.connect(pg_dsn) as conn:
-        row = conn.execute("SELECT reloptions FROM pg_class WHERE oid = %s::regclass",
-                           (f'"{pg_schema}".run_log',)).fetchone()
         size = conn.execute(sql.SQL("SELECT pg_column_size(input) FROM {}").format(
             sql.Identifier(pg_schema, "run_log"))).fetchone()
-    assert row is not None and size is not None
+    assert size is not None
     if server_offers_lz4(pg_dsn):  # compressed instead (0003): the default target stays
-        assert row[0] is None
+        assert options is None
         return
-    assert row[0] == ["toast_tuple_target=4080"]
+    assert options == ["toast_tuple_target=4080"]
     assert size[0] > 2_100  # over the default threshold: it would have gone to TOAST
     assert toasted_chunks(pg_dsn, pg_schema) == 0
     with open_store(pg_dsn, schema=pg_schema) as store:
@@ -127,12 +135,11 @@ def test_pgvector_copies_that_fit_a_page_stay_in_their_row(
                 "waiting"
             return
         with psycopg.connect(pg_dsn) as conn:
-            options = conn.execute("SELECT reloptions FROM pg_class WHERE oid = %s::regclass",
-                                   (f'"{pg_schema}".embeddings',)).fetchone()
             storage = conn.execute(
                 "SELECT attstorage FROM pg_attribute WHERE attrelid = %s::regclass "
                 "AND attname = 'embedding'", (f'"{pg_schema}".embeddings',)).fetchone()
-        assert options == (["toast_tuple_target=8160"],) and storage == ("e",)
+        assert reloptions(pg_dsn, pg_schema, "embeddings") == ["toast_tuple_target=8160"]
+        assert storage == ("e",)
         assert toasted_chunks(pg_dsn, pg_schema, "embeddings") == 0  # 3 KB: in its row
         with store.record(name="large") as big:  # 12 KB: over a page, so to TOAST
             big.record("embedding", "embed", {"texts": ["large"]}, [large])
