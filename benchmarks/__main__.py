@@ -94,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
         machine = machine_description(dsn, data_dir)
         report.heading(f"Machine ({'quick' if args.quick else 'full'} run)",
                        "\n".join(f"- {line}" for line in machine))
-        bench = Bench(dsn, report, args.quick)
+        bench = Bench(dsn, report, args.quick,
+                      None if data_dir == "AGENTREPLAY_DSN" else data_dir)
         for name in only or GROUPS:
             group: Callable[[Bench], list[Target]] = importlib.import_module(
                 f"benchmarks.{name}").run

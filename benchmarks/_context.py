@@ -12,6 +12,9 @@ class Bench:
     dsn: str
     report: Report
     quick: bool
+    #: the data directory of the private cluster the benchmark started (None with
+    #: `AGENTREPLAY_DSN`): how the server's CPU is found (`_timing.server_cpu`)
+    data_dir: str | None = None
 
     def size(self, quick: int, full: int) -> int:
         """`quick` in --quick mode (the whole run under a minute), else `full`."""

@@ -99,3 +99,24 @@ def process_cpu(pid: int) -> float:
     """CPU seconds (user and system) process `pid` has used so far (Linux: /proc)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def server_cpu(data_dir: str | None) -> float | None:
+    """CPU seconds the PostgreSQL server whose data is in `data_dir` has used so far: its
+    postmaster and every process it started (backends, WAL writer, checkpointer). None for
+    a server the benchmark did not start (`AGENTREPLAY_DSN`: it may not be on this machine)
+    or where /proc cannot tell."""
+    if data_dir is None:
+        return None
+    try:
+        postmaster = int(Path(data_dir, "postmaster.pid").read_text().split()[0])
+        total = process_cpu(postmaster)
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == postmaster:
+                    total += process_cpu(int(stat.parent.name))
+            except (OSError, ValueError, IndexError):  # exited meanwhile
+                continue
+        return total
+    except (OSError, ValueError, IndexError):
+        return None

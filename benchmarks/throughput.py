@@ -3,13 +3,16 @@
 agentreplay (batched, and sync for reference) records steps as fast as the caller can hand
 them over; the time runs from the first `record` to `flush()` returning (every row
 committed). Baselines: raw COPY of the same rows, pre-built, into tables of the same shape
-(the ceiling of this server) and the seed recorder (INSERT + commit per step).
+(the ceiling of this server) and the seed recorder (INSERT + commit per step). Every
+variant writes into empty tables, and the CPU a step costs this process and the server is
+reported beside the times: which of the two sets the pace.
 """
 
 from __future__ import annotations
 
+import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
@@ -24,14 +27,17 @@ from benchmarks._baselines import (
     step_rows,
 )
 from benchmarks._context import Bench
-from benchmarks._db import fresh_store, helped_store
+from benchmarks._db import fresh_store, helped_store, truncate
 from benchmarks._payloads import chat_steps, fresh_chat_steps, json_text
-from benchmarks._report import Target
-from benchmarks._timing import interleave
+from benchmarks._report import Target, fmt
+from benchmarks._timing import interleave, server_cpu
 
 SCHEMA = "bench_throughput"
 COPY_SHARE = 85.0  # percent of raw COPY's steps/s
 SEED_FACTOR = 5.0
+RAW = "raw COPY of pre-built rows"
+BATCHED = "agentreplay batched"
+SEED = "seed recorder (INSERT per step)"
 #: the same recording into a store opened with `redaction=None`: what redaction costs
 UNREDACTED = "agentreplay batched, no redaction"
 #: the same recording into a store opened with `prepare="process"`
@@ -66,30 +72,48 @@ def run(bench: Bench) -> list[Target]:
         create_seed_table(conn, SCHEMA)
         create_raw_tables(conn, SCHEMA)
 
-        def raw() -> float:
-            rows = step_rows(steps)  # built before the clock starts
-            return raw_copy(conn, SCHEMA, rows) / len(rows)
+        raw_rows = step_rows(steps)  # the same rows every repeat: the tables start empty
+        cpu: dict[str, list[tuple[float, float | None]]] = {}
 
-        samples = interleave({
-            "raw COPY of pre-built rows": raw,
-            # new steps for agentreplay each repeat (see `_payloads.fresh`)
-            "agentreplay batched": lambda: recorded_rate(
-                store, fresh_chat_steps(len(steps)), "batched"),
-            UNREDACTED: lambda: recorded_rate(
-                unredacted, fresh_chat_steps(len(steps)), "batched"),
-            PROCESS: lambda: recorded_rate(helped, fresh_chat_steps(len(steps)), "batched"),
-            "agentreplay sync": lambda: recorded_rate(
-                store, fresh_chat_steps(len(few)), "sync"),
-            "seed recorder (INSERT per step)": lambda: seed_record(conn, SCHEMA, few),
-        }, bench.size(3, 7))
-    raw_s, batched = samples["raw COPY of pre-built rows"], samples["agentreplay batched"]
-    seed = samples["seed recorder (INSERT per step)"]
-    report.timing("Steps until durable", samples, baseline="raw COPY of pre-built rows",
-                  rate=True, note=(
-                      f"raw COPY: {COPY_BATCH:,} rows per transaction, "
-                      f"{megabytes / (raw_s.median * len(steps)):.1f} MB/s of JSON; "
-                      f"agentreplay batched {megabytes / (batched.median * len(steps)):.1f} "
-                      "MB/s."))
+        def emptied(name: str, made: Callable[[], Sequence[Any]],
+                    measure: Callable[[Sequence[Any]], float]) -> Callable[[], float]:
+            """`measure` of what `made` makes (before the clock starts) into empty tables,
+            so that every variant writes into tables of the same size: left to grow, raw
+            COPY's table and agentreplay's (four variants write there) grow apart, and each
+            variant pays for the rows of the ones before it. The CPU per step of this
+            process and of the server go to `cpu[name]`."""
+            def run() -> float:
+                truncate(bench.dsn, SCHEMA, "run_log", "runs", "raw_log", "seed_log")
+                work = made()
+                c0, s0 = time.process_time(), server_cpu(bench.data_dir)
+                per_step = measure(work)
+                c1, s1 = time.process_time(), server_cpu(bench.data_dir)
+                cpu.setdefault(name, []).append((
+                    (c1 - c0) / len(work),
+                    None if s0 is None or s1 is None else (s1 - s0) / len(work)))
+                return per_step
+            return run
+
+        def fresh() -> Sequence[Any]:  # new steps each repeat (see `_payloads.fresh`)
+            return fresh_chat_steps(len(steps))
+
+        samples = interleave({name: emptied(name, made, measure) for name, (made, measure) in {
+            RAW: (lambda: raw_rows, lambda rows: raw_copy(conn, SCHEMA, rows) / len(rows)),
+            BATCHED: (fresh, lambda work: recorded_rate(store, work, "batched")),
+            UNREDACTED: (fresh, lambda work: recorded_rate(unredacted, work, "batched")),
+            PROCESS: (fresh, lambda work: recorded_rate(helped, work, "batched")),
+            "agentreplay sync": (lambda: fresh_chat_steps(len(few)),
+                                 lambda work: recorded_rate(store, work, "sync")),
+            SEED: (lambda: few, lambda work: seed_record(conn, SCHEMA, work)),
+        }.items()}, bench.size(3, 7))
+    raw_s, batched, seed = samples[RAW], samples[BATCHED], samples[SEED]
+    report.timing("Steps until durable", samples, baseline=RAW, rate=True, note=(
+        f"raw COPY: {COPY_BATCH:,} rows per transaction, "
+        f"{megabytes / (raw_s.median * len(steps)):.1f} MB/s of JSON; agentreplay batched "
+        f"{megabytes / (batched.median * len(steps)):.1f} MB/s.\n"
+        f"CPU per step (median), this process / the server: raw COPY {_cpu(cpu[RAW])}; "
+        f"agentreplay batched {_cpu(cpu[BATCHED])}; without redaction "
+        f"{_cpu(cpu[UNREDACTED])}."))
     plain, process = samples[UNREDACTED], samples[PROCESS]
     return [
         Target("Throughput batched: share of raw COPY's steps/s",
@@ -107,3 +131,11 @@ def run(bench: Bench) -> list[Target]:
                detail=f"{1 / process.median:,.0f} steps/s, "
                       f"{100 * raw_s.median / process.median:.1f}% of raw COPY"),
     ]
+
+
+def _cpu(samples: list[tuple[float, float | None]]) -> str:
+    """Median CPU per step of this process and of the server ("?" where unknown)."""
+    client = statistics.median(c for c, _ in samples)
+    known = [s for _, s in samples if s is not None]
+    server = f"{fmt(statistics.median(known) * 1e6)} us" if known else "?"
+    return f"{fmt(client * 1e6)} us / {server}"
