@@ -105,7 +105,7 @@ def server_cpu(data_dir: str | None) -> float | None:
     """CPU seconds the PostgreSQL server whose data is in `data_dir` has used so far: its
     postmaster and every process it started (backends, WAL writer, checkpointer). None for
     a server the benchmark did not start (`AGENTREPLAY_DSN`: it may not be on this machine)
-    or where /proc cannot tell."""
+    or where /proc cannot tell. In clock ticks (10 ms): measure thousands of steps."""
     if data_dir is None:
         return None
     try:

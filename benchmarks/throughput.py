@@ -134,7 +134,9 @@ def run(bench: Bench) -> list[Target]:
 
 
 def _cpu(samples: list[tuple[float, float | None]]) -> str:
-    """Median CPU per step of this process and of the server ("?" where unknown)."""
+    """Median CPU per step of this process and of the server ("?" where unknown), over the
+    measured repeats: the first sample is `interleave`'s warm-up."""
+    samples = samples[1:]
     client = statistics.median(c for c, _ in samples)
     known = [s for _, s in samples if s is not None]
     server = f"{fmt(statistics.median(known) * 1e6)} us" if known else "?"
