@@ -32,7 +32,7 @@ GROUPS = ("record_caller", "throughput", "latency", "replay", "load_verify", "em
           "storage", "scaling")
 
 
-def machine_description(dsn: str, data_dir: str) -> list[str]:
+def machine_description(dsn: str, data_dir: str | None) -> list[str]:
     cpu = next((line.split(":", 1)[1].strip() for line in _lines("/proc/cpuinfo")
                 if line.startswith("model name")), platform.processor() or "unknown CPU")
     mem = next((line.split()[1] for line in _lines("/proc/meminfo")
@@ -43,7 +43,7 @@ def machine_description(dsn: str, data_dir: str) -> list[str]:
         f"CPU: {os.cpu_count()} cores, {cpu}; RAM {int(mem) / 2**20:.1f} GiB",
         f"Python {platform.python_version()} on {platform.platform()}",
         f"{server_description(dsn)}; " + (f"data in {data_dir} ({_filesystem(data_dir)})"
-                                          if data_dir.startswith("/") else data_dir),
+                                          if data_dir else "AGENTREPLAY_DSN"),
         f"Packages: {versions}",
     ]
 
@@ -94,8 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         machine = machine_description(dsn, data_dir)
         report.heading(f"Machine ({'quick' if args.quick else 'full'} run)",
                        "\n".join(f"- {line}" for line in machine))
-        bench = Bench(dsn, report, args.quick,
-                      None if data_dir == "AGENTREPLAY_DSN" else data_dir)
+        bench = Bench(dsn, report, args.quick, data_dir)
         for name in only or GROUPS:
             group: Callable[[Bench], list[Target]] = importlib.import_module(
                 f"benchmarks.{name}").run

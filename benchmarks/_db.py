@@ -15,11 +15,12 @@ from agentreplay_core import Store, open_store
 
 
 @contextmanager
-def bench_database() -> Iterator[tuple[str, str]]:
-    """(dsn, where its data lives). The private cluster is destroyed afterwards."""
+def bench_database() -> Iterator[tuple[str, str | None]]:
+    """(dsn, the private cluster's data directory; None for the server of
+    `AGENTREPLAY_DSN`). The private cluster is destroyed afterwards."""
     dsn = os.environ.get("AGENTREPLAY_DSN")
     if dsn:
-        yield dsn, "AGENTREPLAY_DSN"
+        yield dsn, None
         return
     from tests.support.pgcluster import PgCluster, pgserver_bin_dir
 

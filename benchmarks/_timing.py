@@ -95,9 +95,14 @@ def pace(count: int, interval: float, action: Callable[[int], None]) -> None:
         action(i)
 
 
-def process_cpu(pid: int) -> float:
+def _stat(pid: int | str) -> list[str]:
+    """The fields of /proc/`pid`/stat after the command name (state, ppid, ...)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def process_cpu(pid: int | str) -> float:
     """CPU seconds (user and system) process `pid` has used so far (Linux: /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    fields = _stat(pid)
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
@@ -111,10 +116,10 @@ def server_cpu(data_dir: str | None) -> float | None:
     try:
         postmaster = int(Path(data_dir, "postmaster.pid").read_text().split()[0])
         total = process_cpu(postmaster)
-        for stat in Path("/proc").glob("[0-9]*/stat"):
+        for proc in Path("/proc").glob("[0-9]*"):
             try:
-                if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == postmaster:
-                    total += process_cpu(int(stat.parent.name))
+                if int(_stat(proc.name)[1]) == postmaster:
+                    total += process_cpu(proc.name)
             except (OSError, ValueError, IndexError):  # exited meanwhile
                 continue
         return total
