@@ -369,13 +369,25 @@ def prerelease(session: nox.Session) -> None:
     session.run("pytest", *(session.posargs or suites))
 
 
+#: what the benchmarks need: the embedded PostgreSQL and both frameworks
+_BENCH_EXTRAS = "embedded,langchain,llamaindex"
+
+
 @nox.session(python=TOOLS_PYTHON, default=False)
 def bench(session: nox.Session) -> None:
     """agentreplay against its baselines in the same process, printed as ratios with a
     PASS/MISS line per performance target (not part of the tests). `nox -s bench -- --quick`
     takes under a minute; `-- --only throughput` runs one group."""
-    _install(session, "embedded,langchain,llamaindex", "--group", "test")
+    _install(session, _BENCH_EXTRAS, "--group", "test")
     session.run("python", "-m", "benchmarks", *session.posargs)
+
+
+@nox.session(python=TOOLS_PYTHON)
+def bench_harness(session: nox.Session) -> None:
+    """The benchmark harness's own tests: its baselines, its verdicts and a `--quick` run of
+    every group. They check no number; `bench` measures."""
+    _install(session, _BENCH_EXTRAS, "--group", "test")
+    session.run("pytest", "tests/benchmarks", *session.posargs)
 
 
 @nox.session(python=TOOLS_PYTHON)

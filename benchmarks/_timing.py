@@ -100,22 +100,27 @@ def _stat(pid: int | str) -> list[str]:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
 
 
-def process_cpu(pid: int | str) -> float:
-    """CPU seconds (user and system) process `pid` has used so far (Linux: /proc)."""
+def process_cpu(pid: int | str, *, reaped: bool = False) -> float:
+    """CPU seconds (user and system) process `pid` has used so far (Linux: /proc); with
+    `reaped`, also that of its children that have exited and been waited for."""
     fields = _stat(pid)
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    ticks = sum(int(f) for f in fields[11:15 if reaped else 13])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def server_cpu(data_dir: str | None) -> float | None:
     """CPU seconds the PostgreSQL server whose data is in `data_dir` has used so far: its
     postmaster and every process it started (backends, WAL writer, checkpointer). None for
     a server the benchmark did not start (`AGENTREPLAY_DSN`: it may not be on this machine)
-    or where /proc cannot tell. In clock ticks (10 ms): measure thousands of steps."""
+    or where /proc cannot tell. In clock ticks (10 ms): measure thousands of steps.
+
+    A backend that has exited counts through the postmaster, which waited for it: without
+    that, a connection closed between two readings took its CPU out of the second."""
     if data_dir is None:
         return None
     try:
         postmaster = int(Path(data_dir, "postmaster.pid").read_text().split()[0])
-        total = process_cpu(postmaster)
+        total = process_cpu(postmaster, reaped=True)
         for proc in Path("/proc").glob("[0-9]*"):
             try:
                 if int(_stat(proc.name)[1]) == postmaster:
