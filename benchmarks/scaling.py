@@ -14,24 +14,37 @@ from __future__ import annotations
 import functools
 import statistics
 import time
+from dataclasses import dataclass, field
 
 from agentreplay_core import Store
 from benchmarks._context import Bench
 from benchmarks._db import fresh_store, truncate
 from benchmarks._payloads import fresh_chat_steps
 from benchmarks._report import Target, fmt
-from benchmarks._timing import interleave
+from benchmarks._timing import interleave, server_cpu
 
 SCHEMA = "bench_scaling"
 FLAT = 1.25  # largest per-step cost over the smallest
 
 
-def recorded(bench: Bench, store: Store, length: int, runs: int, caller: list[float]) -> float:
+@dataclass
+class Shares:
+    """Per step, for one run length: the caller's share of the time, and the CPU of this
+    process and of the server (None where the server's cannot be read)."""
+
+    caller: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
+    server: list[float | None] = field(default_factory=list)
+
+
+def recorded(bench: Bench, store: Store, length: int, runs: int, shares: Shares) -> float:
     """Seconds per step of `runs` whole runs of `length` steps each, one after the other,
-    each step new to the recorder (`fresh`); appends the caller's share to `caller`."""
+    each step new to the recorder (`fresh`); adds the caller's share and the CPU to
+    `shares`."""
     truncate(bench.dsn, SCHEMA, "run_log", "runs")
     steps = fresh_chat_steps(runs * length)  # made before the clock starts
     in_calls = 0.0
+    c0, s0 = time.process_time(), server_cpu(bench.data_dir)
     t0 = time.perf_counter()
     for first in range(0, len(steps), length):
         with store.record(name=f"scaling-{length}") as rec:
@@ -39,8 +52,12 @@ def recorded(bench: Bench, store: Store, length: int, runs: int, caller: list[fl
             for request, response in steps[first:first + length]:
                 rec.record("llm", "chat_model", request, response)
             in_calls += time.perf_counter() - t1
-    caller.append(in_calls / len(steps))
-    return (time.perf_counter() - t0) / len(steps)
+    elapsed = time.perf_counter() - t0
+    c1, s1 = time.process_time(), server_cpu(bench.data_dir)
+    shares.caller.append(in_calls / len(steps))
+    shares.cpu.append((c1 - c0) / len(steps))
+    shares.server.append(None if s0 is None or s1 is None else (s1 - s0) / len(steps))
+    return elapsed / len(steps)
 
 
 def run(bench: Bench) -> list[Target]:
@@ -52,18 +69,34 @@ def run(bench: Bench) -> list[Target]:
     report.heading("scaling: cost per step against run length",
                    "; ".join(f"{runs[n]:,} run(s) of {n:,} steps" for n in lengths) +
                    " per measurement.")
-    caller: dict[int, list[float]] = {n: [] for n in lengths}
+    shares = {n: Shares() for n in lengths}
     with fresh_store(bench.dsn, SCHEMA) as store:
-        recorded(bench, store, 100, 1, [])  # connections and caches, not measured
+        recorded(bench, store, 100, 1, Shares())  # connections and caches, not measured
         samples = interleave({f"{n:,} steps": functools.partial(
-            recorded, bench, store, n, runs[n], caller[n]) for n in lengths},
+            recorded, bench, store, n, runs[n], shares[n]) for n in lengths},
             bench.size(2, 3), warmup=False)
     middle = f"{lengths[1]:,} steps"
+    cpu = {n: statistics.median(s.cpu) for n, s in shares.items()}
     report.timing("Recording cost per step, run opened to sealed", samples, baseline=middle,
-                  rate=True, note="caller's share (us/step, median): " + ", ".join(
-                      f"{n:,}: {fmt(statistics.median(c) * 1e6)}" for n, c in caller.items()))
+                  rate=True, note="Per step (median), the caller's share of the time / the CPU "
+                  "of this process / the server's CPU, us: " + "; ".join(
+                      f"{n:,}: {fmt(statistics.median(s.caller) * 1e6)} / "
+                      f"{fmt(cpu[n] * 1e6)} / {_server(s.server)}"
+                      for n, s in shares.items()))
     medians = [s.median for s in samples.values()]
-    return [Target(f"Scaling: per-step cost, largest/smallest over {lengths[0]:,} to "
-                   f"{lengths[-1]:,} steps", max(medians) / min(medians), FLAT,
-                   detail=", ".join(f"{name}: {fmt(s.median * 1e6)} us"
-                                    for name, s in samples.items()))]
+    return [
+        Target(f"Scaling: per-step cost, largest/smallest over {lengths[0]:,} to "
+               f"{lengths[-1]:,} steps", max(medians) / min(medians), FLAT,
+               detail=", ".join(f"{name}: {fmt(s.median * 1e6)} us"
+                                for name, s in samples.items())),
+        # what the time leaves out: a short run's waits (round trips, the commit's flush to
+        # disk) cost no CPU, but the work done for each run does
+        Target("Scaling: this process's CPU per step, largest/smallest (documented)",
+               max(cpu.values()) / min(cpu.values()), None,
+               detail=", ".join(f"{n:,} steps: {fmt(c * 1e6)} us" for n, c in cpu.items())),
+    ]
+
+
+def _server(values: list[float | None]) -> str:
+    known = [v for v in values if v is not None]
+    return fmt(statistics.median(known) * 1e6) if known else "?"
