@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from rich.console import Console
 from rich.table import Table
 
-from benchmarks._timing import Sample
+from benchmarks._timing import Cpu, Sample
 
 _STATUS_STYLE = {"PASS": "green", "MISS": "bold red", "INFO": "cyan", "N/A": "yellow"}
 
@@ -22,6 +22,12 @@ def fmt(value: float) -> str:
     if value >= 10:
         return f"{value:.1f}"
     return f"{value:.2f}" if value >= 0.1 else f"{value:.3g}"
+
+
+def cpu_text(cpu: Cpu) -> str:
+    """"this process / the server" in us ("?" where the server's is unknown)."""
+    server = "?" if cpu.server is None else f"{fmt(cpu.server * 1e6)} us"
+    return f"{fmt(cpu.process * 1e6)} us / {server}"
 
 
 @dataclass

@@ -130,3 +130,28 @@ def server_cpu(data_dir: str | None) -> float | None:
         return total
     except (OSError, ValueError, IndexError):
         return None
+
+
+@dataclass(frozen=True)
+class Cpu:
+    """CPU seconds per unit of work of this process and of the server (None: unknown)."""
+
+    process: float
+    server: float | None
+
+
+def with_cpu(data_dir: str | None, action: Callable[[], T], units: int) -> tuple[T, Cpu]:
+    """What `action` returns, and the CPU per unit (of `units`) it cost this process and the
+    server whose data is in `data_dir` (`server_cpu`)."""
+    c0, s0 = time.process_time(), server_cpu(data_dir)
+    result = action()
+    c1, s1 = time.process_time(), server_cpu(data_dir)
+    return result, Cpu((c1 - c0) / units,
+                       None if s0 is None or s1 is None else (s1 - s0) / units)
+
+
+def median_cpu(samples: Sequence[Cpu]) -> Cpu:
+    """The medians of `samples`, the server's over the samples that know it."""
+    known = [c.server for c in samples if c.server is not None]
+    return Cpu(statistics.median(c.process for c in samples),
+               statistics.median(known) if known else None)

@@ -20,8 +20,8 @@ from agentreplay_core import Store
 from benchmarks._context import Bench
 from benchmarks._db import fresh_store, truncate
 from benchmarks._payloads import fresh_chat_steps
-from benchmarks._report import Target, fmt
-from benchmarks._timing import interleave, server_cpu
+from benchmarks._report import Target, cpu_text, fmt
+from benchmarks._timing import Cpu, interleave, median_cpu, with_cpu
 
 SCHEMA = "bench_scaling"
 FLAT = 1.25  # largest per-step cost over the smallest
@@ -29,12 +29,10 @@ FLAT = 1.25  # largest per-step cost over the smallest
 
 @dataclass
 class Shares:
-    """Per step, for one run length: the caller's share of the time, and the CPU of this
-    process and of the server (None where the server's cannot be read)."""
+    """Per step, for one run length: the caller's share of the time, and the CPU."""
 
     caller: list[float] = field(default_factory=list)
-    cpu: list[float] = field(default_factory=list)
-    server: list[float | None] = field(default_factory=list)
+    cpu: list[Cpu] = field(default_factory=list)
 
 
 def recorded(bench: Bench, store: Store, length: int, runs: int, shares: Shares) -> float:
@@ -43,20 +41,22 @@ def recorded(bench: Bench, store: Store, length: int, runs: int, shares: Shares)
     `shares`."""
     truncate(bench.dsn, SCHEMA, "run_log", "runs")
     steps = fresh_chat_steps(runs * length)  # made before the clock starts
-    in_calls = 0.0
-    c0, s0 = time.process_time(), server_cpu(bench.data_dir)
-    t0 = time.perf_counter()
-    for first in range(0, len(steps), length):
-        with store.record(name=f"scaling-{length}") as rec:
-            t1 = time.perf_counter()
-            for request, response in steps[first:first + length]:
-                rec.record("llm", "chat_model", request, response)
-            in_calls += time.perf_counter() - t1
-    elapsed = time.perf_counter() - t0
-    c1, s1 = time.process_time(), server_cpu(bench.data_dir)
+
+    def record_all() -> tuple[float, float]:
+        """(seconds in all, seconds in the `record` calls)"""
+        in_calls = 0.0
+        t0 = time.perf_counter()
+        for first in range(0, len(steps), length):
+            with store.record(name=f"scaling-{length}") as rec:
+                t1 = time.perf_counter()
+                for request, response in steps[first:first + length]:
+                    rec.record("llm", "chat_model", request, response)
+                in_calls += time.perf_counter() - t1
+        return time.perf_counter() - t0, in_calls
+
+    (elapsed, in_calls), used = with_cpu(bench.data_dir, record_all, len(steps))
     shares.caller.append(in_calls / len(steps))
-    shares.cpu.append((c1 - c0) / len(steps))
-    shares.server.append(None if s0 is None or s1 is None else (s1 - s0) / len(steps))
+    shares.cpu.append(used)
     return elapsed / len(steps)
 
 
@@ -76,13 +76,13 @@ def run(bench: Bench) -> list[Target]:
             recorded, bench, store, n, runs[n], shares[n]) for n in lengths},
             bench.size(2, 3), warmup=False)
     middle = f"{lengths[1]:,} steps"
-    cpu = {n: statistics.median(s.cpu) for n, s in shares.items()}
+    cpu = {n: median_cpu(s.cpu) for n, s in shares.items()}
     report.timing("Recording cost per step, run opened to sealed", samples, baseline=middle,
-                  rate=True, note="Per step (median), the caller's share of the time / the CPU "
-                  "of this process / the server's CPU, us: " + "; ".join(
-                      f"{n:,}: {fmt(statistics.median(s.caller) * 1e6)} / "
-                      f"{fmt(cpu[n] * 1e6)} / {_server(s.server)}"
+                  rate=True, note="Per step (median), the caller's share of the time; the CPU "
+                  "of this process / the server: " + "; ".join(
+                      f"{n:,}: {fmt(statistics.median(s.caller) * 1e6)} us; {cpu_text(cpu[n])}"
                       for n, s in shares.items()))
+    process = {n: c.process for n, c in cpu.items()}
     medians = [s.median for s in samples.values()]
     return [
         Target(f"Scaling: per-step cost, largest/smallest over {lengths[0]:,} to "
@@ -92,11 +92,6 @@ def run(bench: Bench) -> list[Target]:
         # what the time leaves out: a short run's waits (round trips, the commit's flush to
         # disk) cost no CPU, but the work done for each run does
         Target("Scaling: this process's CPU per step, largest/smallest (documented)",
-               max(cpu.values()) / min(cpu.values()), None,
-               detail=", ".join(f"{n:,} steps: {fmt(c * 1e6)} us" for n, c in cpu.items())),
+               max(process.values()) / min(process.values()), None,
+               detail=", ".join(f"{n:,} steps: {fmt(c * 1e6)} us" for n, c in process.items())),
     ]
-
-
-def _server(values: list[float | None]) -> str:
-    known = [v for v in values if v is not None]
-    return fmt(statistics.median(known) * 1e6) if known else "?"

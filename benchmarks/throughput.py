@@ -10,7 +10,6 @@ reported beside the times: which of the two sets the pace.
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -29,8 +28,8 @@ from benchmarks._baselines import (
 from benchmarks._context import Bench
 from benchmarks._db import fresh_store, helped_store, truncate
 from benchmarks._payloads import chat_steps, fresh_chat_steps, json_text
-from benchmarks._report import Target, fmt
-from benchmarks._timing import interleave, server_cpu
+from benchmarks._report import Target, cpu_text
+from benchmarks._timing import Cpu, interleave, median_cpu, with_cpu
 
 SCHEMA = "bench_throughput"
 COPY_SHARE = 85.0  # percent of raw COPY's steps/s
@@ -73,7 +72,7 @@ def run(bench: Bench) -> list[Target]:
         create_raw_tables(conn, SCHEMA)
 
         raw_rows = step_rows(steps)  # the same rows every repeat: the tables start empty
-        cpu: dict[str, list[tuple[float, float | None]]] = {}
+        cpu: dict[str, list[Cpu]] = {}
 
         def emptied(name: str, made: Callable[[], Sequence[Any]],
                     measure: Callable[[Sequence[Any]], float]) -> Callable[[], float]:
@@ -85,12 +84,8 @@ def run(bench: Bench) -> list[Target]:
             def run() -> float:
                 truncate(bench.dsn, SCHEMA, "run_log", "runs", "raw_log", "seed_log")
                 work = made()
-                c0, s0 = time.process_time(), server_cpu(bench.data_dir)
-                per_step = measure(work)
-                c1, s1 = time.process_time(), server_cpu(bench.data_dir)
-                cpu.setdefault(name, []).append((
-                    (c1 - c0) / len(work),
-                    None if s0 is None or s1 is None else (s1 - s0) / len(work)))
+                per_step, used = with_cpu(bench.data_dir, lambda: measure(work), len(work))
+                cpu.setdefault(name, []).append(used)
                 return per_step
             return run
 
@@ -133,11 +128,7 @@ def run(bench: Bench) -> list[Target]:
     ]
 
 
-def _cpu(samples: list[tuple[float, float | None]]) -> str:
-    """Median CPU per step of this process and of the server ("?" where unknown), over the
-    measured repeats: the first sample is `interleave`'s warm-up."""
-    samples = samples[1:]
-    client = statistics.median(c for c, _ in samples)
-    known = [s for _, s in samples if s is not None]
-    server = f"{fmt(statistics.median(known) * 1e6)} us" if known else "?"
-    return f"{fmt(client * 1e6)} us / {server}"
+def _cpu(samples: list[Cpu]) -> str:
+    """Median CPU per step over the measured repeats: the first sample is `interleave`'s
+    warm-up."""
+    return cpu_text(median_cpu(samples[1:]))
