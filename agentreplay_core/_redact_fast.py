@@ -30,6 +30,8 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from agentreplay_core._screen_cache import load_or_compile
+
 
 def _hyperscan() -> Any:
     """The `hyperscan` module, or None where it is not installed (no wheel for the
@@ -103,9 +105,7 @@ def compiled(patterns: Sequence[tuple[bytes, int]]) -> Compiled | None:
     if hyperscan is None or not patterns:
         return None
     try:
-        database = hyperscan.Database()
-        database.compile(expressions=[e for e, _ in patterns], ids=list(range(len(patterns))),
-                         flags=[f for _, f in patterns])
+        database = load_or_compile(hyperscan, patterns)
     except Exception:
         return None
     return Compiled(database)

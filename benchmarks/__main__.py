@@ -29,7 +29,7 @@ from benchmarks._report import Report, Target
 
 #: the groups, in the order they run (each is benchmarks/<name>.py with `run(bench)`)
 GROUPS = ("record_caller", "throughput", "latency", "replay", "load_verify", "embeddings",
-          "storage", "scaling")
+          "storage", "scaling", "startup")
 
 
 def machine_description(dsn: str, data_dir: str | None) -> list[str]:

@@ -8,7 +8,10 @@ which has no pgvector, to prove that path).
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +24,11 @@ from tests.support.pgcluster import PgCluster, pgserver_bin_dir
 # One redaction key for the whole suite: without it, recording a secret would create a key file
 # in the user's config directory (and test processes must agree on placeholders anyway).
 os.environ.setdefault("AGENTREPLAY_REDACTION_KEY", "agentreplay-test-suite-redaction-key")
+# Compiled secret screens are cached for the suite's processes, not in the user's cache.
+if "AGENTREPLAY_SCREEN_CACHE_DIR" not in os.environ:
+    _SCREENS = tempfile.mkdtemp(prefix="agentreplay-screens-")
+    os.environ["AGENTREPLAY_SCREEN_CACHE_DIR"] = _SCREENS
+    atexit.register(shutil.rmtree, _SCREENS, True)
 
 
 def _bin_dir() -> Path:

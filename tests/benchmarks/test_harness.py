@@ -163,7 +163,7 @@ def test_quick_run_of_every_group_reports_every_target(pg_dsn: str, tmp_path: Pa
     # every group's targets are there, measured (pgvector is there on the tests' server
     # unless it is an external one without it)
     for group in ("LangChain", "LlamaIndex", "Caller latency", "Throughput", "enqueue to durable",
-                  "Replay", "load + verify", "Embeddings", "Storage", "Scaling"):
+                  "Replay", "load + verify", "Embeddings", "Storage", "Scaling", "Startup"):
         assert group in names, group
     measured = [r for r in rows if r["result"] in ("PASS", "MISS")]
     assert len(measured) >= 15
