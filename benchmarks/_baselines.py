@@ -14,13 +14,11 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from agentreplay_core.stores._sql import EMBEDDING_COLUMNS, STEP_COLUMNS
 from benchmarks._payloads import json_text
 
 #: rows per COPY transaction of the raw baseline: the batched writer's largest batch
 COPY_BATCH = 1_000
-STEP_COLUMNS = ("run_id", "step", "kind", "name", "match_key", "path", "input", "output",
-                "is_error", "started_at", "duration_ms", "checksum")
-VECTOR_COLUMNS = ("run_id", "step", "position", "dims", "embedding")
 
 
 def create_seed_table(conn: psycopg.Connection[Any], schema: str) -> None:
@@ -89,7 +87,7 @@ def raw_copy(conn: psycopg.Connection[Any], schema: str, steps: Sequence[tuple[A
     """COPY pre-built rows, `COPY_BATCH` rows per transaction; returns the seconds taken."""
     t0 = time.perf_counter()
     for table, columns, rows in (("raw_log", STEP_COLUMNS, steps),
-                                 ("raw_embeddings", VECTOR_COLUMNS, vectors)):
+                                 ("raw_embeddings", EMBEDDING_COLUMNS, vectors)):
         query = sql.SQL("COPY {} ({}) FROM STDIN").format(
             sql.Identifier(schema, table), sql.SQL(", ").join(map(sql.Identifier, columns)))
         for start in range(0, len(rows), COPY_BATCH):

@@ -23,18 +23,29 @@ same 1,000 calls again would find their text in the redactor's memo, as new text
 
 from __future__ import annotations
 
-import inspect
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 import psycopg
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.runnables import RunnableConfig
+from llama_index.core.llms import MockLLM
 
 from agentreplay_core import Recorder, Store
+from agentreplay_langchain import RecordingCallbackHandler
+from agentreplay_llamaindex import instrument
 from benchmarks._baselines import create_seed_table, seed_record
 from benchmarks._context import Bench
 from benchmarks._db import fresh_store, helped_store
+from benchmarks._framework_baselines import (
+    MODEL_WAIT,
+    NoOpHandler,
+    WaitingFakeChatModel,
+    WaitingMockLLM,
+    no_op_handlers,
+)
 from benchmarks._payloads import (
     ANSWER_CHARS,
     fresh,
@@ -65,8 +76,6 @@ PROCESS_DURABLE_LI = "instrument(recorder), prepare=process, until durable"
 PROCESS_CORE = "Recorder.record, batched, prepare=process"
 #: calls per measured block (see the module's docstring)
 BLOCK = 1_000
-#: how long the waiting models wait per call (a hosted model takes 100 to 1,000 times this)
-MODEL_WAIT = 0.002
 #: a waiting model's block is this share of `BLOCK`: its calls take ten times as long
 WAITING_SHARE = 4
 WAITING = f"model waits {MODEL_WAIT * 1000:g} ms"
@@ -119,32 +128,6 @@ def _block(rec: Recorder, store: Store, workload: Workload, how: str,
 
 
 def _langchain(bench: Bench, store: Store, helped: Store) -> dict[str, Sample]:
-    from langchain_core.callbacks import BaseCallbackHandler
-    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-    from langchain_core.messages import BaseMessage
-    from langchain_core.outputs import ChatResult
-    from langchain_core.runnables import RunnableConfig
-
-    from agentreplay_langchain import RecordingCallbackHandler
-
-    class NoOpHandler(BaseCallbackHandler):
-        """Does nothing. It defines on_chat_model_start: the base class's raises
-        NotImplementedError, and LangChain then calls on_llm_start with the messages
-        rendered as text, a cost that a real chat-model handler never pays."""
-
-        def on_chat_model_start(self, serialized: dict[str, Any],
-                                messages: list[list[BaseMessage]], **kwargs: Any) -> None:
-            return None
-
-    class WaitingFakeChatModel(GenericFakeChatModel):
-        """Waits `MODEL_WAIT` before it answers, as a hosted model's call waits on the
-        network: the GIL is free meanwhile."""
-
-        def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
-                      run_manager: Any = None, **kwargs: Any) -> ChatResult:
-            time.sleep(MODEL_WAIT)
-            return super()._generate(messages, stop, run_manager, **kwargs)
-
     calls = bench.size(50, BLOCK)
     with store.record(name="langchain-caller") as rec, \
             helped.record(name="langchain-caller, prepare=process") as other:
@@ -178,61 +161,6 @@ def _langchain(bench: Bench, store: Store, helped: Store) -> dict[str, Sample]:
 
 
 def _llamaindex(bench: Bench, store: Store, helped: Store) -> dict[str, Sample]:
-    from llama_index.core.instrumentation.event_handlers import BaseEventHandler
-    from llama_index.core.instrumentation.events import BaseEvent
-    from llama_index.core.instrumentation.span import SimpleSpan
-    from llama_index.core.instrumentation.span_handlers import BaseSpanHandler
-    from llama_index.core.llms import MockLLM
-    from llama_index_instrumentation import get_dispatcher
-
-    from agentreplay_llamaindex import instrument
-
-    class NoOpEventHandler(BaseEventHandler):
-        @classmethod
-        def class_name(cls) -> str:
-            return "NoOpEventHandler"
-
-        def handle(self, event: BaseEvent, **kwargs: Any) -> Any:
-            return None
-
-    class NoOpSpanHandler(BaseSpanHandler[SimpleSpan]):
-        def new_span(self, id_: str, bound_args: inspect.BoundArguments,
-                     instance: Any | None = None, parent_span_id: str | None = None,
-                     tags: dict[str, Any] | None = None, **kwargs: Any) -> SimpleSpan | None:
-            return None
-
-        def prepare_to_exit_span(self, id_: str, bound_args: inspect.BoundArguments,
-                                 instance: Any | None = None, result: Any | None = None,
-                                 **kwargs: Any) -> SimpleSpan | None:
-            return None
-
-        def prepare_to_drop_span(self, id_: str, bound_args: inspect.BoundArguments,
-                                 instance: Any | None = None,
-                                 err: BaseException | None = None,
-                                 **kwargs: Any) -> SimpleSpan | None:
-            return None
-
-    @contextmanager
-    def no_op_handlers() -> Iterator[None]:
-        # agentreplay attaches one event and one span handler to the root dispatcher too
-        root = get_dispatcher()
-        events, spans = NoOpEventHandler(), NoOpSpanHandler()
-        root.add_event_handler(events)
-        root.add_span_handler(spans)
-        try:
-            yield
-        finally:
-            root.event_handlers = [h for h in root.event_handlers if h is not events]
-            root.span_handlers = [h for h in root.span_handlers if h is not spans]
-
-    class WaitingMockLLM(MockLLM):
-        """Waits `MODEL_WAIT` before it answers, as a hosted model's call waits on the
-        network: the GIL is free meanwhile."""
-
-        def _generate_text(self, length: int) -> str:
-            time.sleep(MODEL_WAIT)
-            return super()._generate_text(length)
-
     calls = bench.size(50, BLOCK)
     llm = MockLLM(max_tokens=ANSWER_CHARS // 5)  # "text " repeated: the answer's size
     waiting = WaitingMockLLM(max_tokens=ANSWER_CHARS // 5)
