@@ -6,13 +6,13 @@ import functools
 import os
 import platform
 import socket
-import subprocess
 import sys
 from collections.abc import Iterable
 from importlib import metadata as importlib_metadata
 from typing import TYPE_CHECKING, Any
 
 from agentreplay_core._codec import encode
+from agentreplay_core._git_head import git_revision
 from agentreplay_core._keys import clean_label
 
 if TYPE_CHECKING:
@@ -45,20 +45,6 @@ def _versions() -> dict[str, str]:
         except importlib_metadata.PackageNotFoundError:
             continue
     return found
-
-
-@functools.lru_cache(maxsize=8)
-def git_revision(directory: str) -> str | None:
-    """The HEAD commit of the git checkout containing `directory`, if any."""
-    try:
-        result = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=directory, capture_output=True, text=True,
-            timeout=2, check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    revision = result.stdout.strip()
-    return revision if result.returncode == 0 and revision else None
 
 
 def collect_metadata(user: dict[str, Any] | None = None) -> dict[str, Any]:
