@@ -40,6 +40,8 @@ CACHE_ENV = "AGENTREPLAY_SCREEN_CACHE_DIR"
 SUFFIX = ".hsdb"
 #: files kept: older ones (rules since changed, an older Hyperscan) are deleted past this
 MOST_FILES = 32
+#: what was found not private, warned about once a process
+_warned: set[Path] = set()
 
 
 def cache_dir() -> Path | None:
@@ -70,10 +72,32 @@ def _private(info: os.stat_result) -> bool:
     return info.st_uid == os.getuid() and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
 
 
+def _warn_once(path: Path) -> None:
+    if path not in _warned:
+        _warned.add(path)
+        log.warning("agentreplay: the screen cache ignores %s: it is not private to this user "
+                    "(owned by another, or writable by group or others)", path)
+
+
+def _trusted(directory: Path) -> bool:
+    """Whether `directory` may hold databases to load (one that does not exist yet is made
+    private when the first file is written)."""
+    try:
+        info = directory.stat()
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    if _private(info):
+        return True
+    _warn_once(directory)
+    return False
+
+
 def _load(hyperscan: Any, path: Path) -> Any | None:
     try:
-        if not (_private(path.parent.stat()) and _private(path.stat())):
-            log.warning("agentreplay: ignoring %s: not private to this user", path)
+        if not _private(path.stat()):
+            _warn_once(path)
             return None
         database = hyperscan.loadb(path.read_bytes(), hyperscan.HS_MODE_BLOCK)
         database.scratch = hyperscan.Scratch(database)
@@ -115,6 +139,8 @@ def load_or_compile(hyperscan: Any, patterns: Sequence[tuple[bytes, int]]) -> An
     """The database of `patterns` ((expression, flags), match ids their indexes): from the
     cache, else compiled (and cached). Raises what Hyperscan's compiler raises."""
     directory = cache_dir()
+    if directory is not None and not _trusted(directory):
+        directory = None  # neither read nor written: a file put there could be anyone's
     path = None if directory is None else directory / (cache_key(hyperscan, patterns) + SUFFIX)
     database = None if path is None else _load(hyperscan, path)
     if database is not None:

@@ -117,6 +117,45 @@ def test_a_file_others_may_write_is_not_trusted(cache: Path, where: str,
     assert "not private" in caplog.text
 
 
+@pytest.mark.skipif(not hasattr(os, "getuid"), reason="POSIX ownership and modes")
+def test_a_directory_others_may_write_is_neither_read_nor_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    monkeypatch.setenv(_screen_cache.CACHE_ENV, str(shared))
+    with caplog.at_level(logging.WARNING, logger="agentreplay"):
+        for _ in range(2):
+            database = compiled(PATTERNS)
+            assert database is not None and matches(database) == reference()
+    assert list(shared.iterdir()) == []
+    assert caplog.text.count("not private") == 1  # once a process, not once a database
+
+
+def test_processes_starting_together_share_one_file_each(cache: Path) -> None:
+    """Processes that find the cache empty at the same moment all compile and write; each
+    file is replaced whole, so every one of them, and the next, gets a database that works."""
+    program = (
+        "import sys\n"
+        "from agentreplay_core._redact_fast import compiled\n"
+        f"patterns = {PATTERNS!r}\n"
+        "found = []\n"
+        "database = compiled(patterns)\n"
+        f"assert database.scanned({TEXT!r}, lambda i, _s, end, *_: found.append((i, end)))\n"
+        "print(sorted(found))\n"
+    )
+    env = {**os.environ, _screen_cache.CACHE_ENV: str(cache)}
+    started = [subprocess.Popen([sys.executable, "-c", program], env=env, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+               for _ in range(4)]
+    outputs = [p.communicate(timeout=120) for p in started]
+    assert [p.returncode for p in started] == [0] * 4, outputs
+    assert {out for out, _ in outputs} == {f"{reference()}\n"}
+    assert [p.name for p in cache.iterdir()] == [
+        _screen_cache.cache_key(hyperscan, PATTERNS) + _screen_cache.SUFFIX]  # no leftovers
+
+
 def test_the_cache_turned_off_keeps_nothing(tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(_screen_cache.CACHE_ENV, "")
