@@ -51,7 +51,9 @@ def cache_dir() -> Path | None:
         return Path(configured).expanduser() if configured.strip() else None
     import platformdirs
 
-    return Path(platformdirs.user_cache_dir("agentreplay")) / "screens"
+    default = Path(platformdirs.user_cache_dir("agentreplay")) / "screens"
+    # no home directory to expand (a container's user without one): not the working directory
+    return default if default.is_absolute() else None
 
 
 def cache_key(hyperscan: Any, patterns: Sequence[tuple[bytes, int]]) -> str:
@@ -66,10 +68,12 @@ def cache_key(hyperscan: Any, patterns: Sequence[tuple[bytes, int]]) -> str:
 
 
 def _private(info: os.stat_result) -> bool:
-    """Owned by this user and writable by no one else (what POSIX can tell)."""
+    """Owned by this user (or root, as for a cache baked into an image) and writable by no
+    one else: what POSIX can tell, the rule ssh applies to its own files."""
     if not hasattr(os, "getuid"):  # pragma: no cover - Windows: its ACLs are not checked
         return True
-    return info.st_uid == os.getuid() and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    return (info.st_uid in (os.getuid(), 0)
+            and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
 
 
 def _warn_once(path: Path) -> None:
@@ -102,12 +106,13 @@ def _load(hyperscan: Any, path: Path) -> Any | None:
         database = hyperscan.loadb(path.read_bytes(), hyperscan.HS_MODE_BLOCK)
         database.scratch = hyperscan.Scratch(database)
         database.scan(b"", match_event_handler=lambda *_: None)
-        os.utime(path)  # recently used: kept when older files are pruned
     except FileNotFoundError:
         return None
     except Exception as exc:  # unreadable, corrupt, or built for another CPU: compile anew
         log.info("agentreplay: compiling the screen again: %s did not load (%s)", path, exc)
         return None
+    with contextlib.suppress(OSError):  # a read-only cache is used all the same
+        os.utime(path)  # recently used: kept when older files are pruned
     return database
 
 

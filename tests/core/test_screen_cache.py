@@ -156,6 +156,44 @@ def test_processes_starting_together_share_one_file_each(cache: Path) -> None:
         _screen_cache.cache_key(hyperscan, PATTERNS) + _screen_cache.SUFFIX]  # no leftovers
 
 
+def test_a_read_only_cache_is_still_used(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cache baked into an image, on a read-only filesystem: the access time cannot be
+    updated, the database loads all the same."""
+    compiled(PATTERNS)
+    expected = reference()
+
+    def read_only(*_: object, **__: object) -> None:
+        raise PermissionError("read-only file system")
+
+    monkeypatch.setattr(os, "utime", read_only)
+    monkeypatch.setattr(hyperscan, "Database", NoCompiler)
+    loaded = compiled(PATTERNS)
+    assert loaded is not None and matches(loaded) == expected
+
+
+@pytest.mark.skipif(not hasattr(os, "getuid"), reason="POSIX ownership and modes")
+@pytest.mark.parametrize(("owner", "mode", "trusted"), [
+    (4242, 0o600, True), (4242, 0o644, True), (0, 0o644, True),  # this user's, or root's
+    (4343, 0o600, False),  # another user's
+    (4242, 0o620, False), (4242, 0o602, False), (0, 0o666, False),  # others may write it
+])
+def test_who_may_have_written_what_is_loaded(owner: int, mode: int, trusted: bool,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "getuid", lambda: 4242)
+    info = os.stat_result((0o100000 | mode, 0, 0, 1, owner, 0, 0, 0, 0, 0))
+    assert _screen_cache._private(info) is trusted
+
+
+def test_no_home_directory_means_no_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the user has no home to expand, platformdirs answers a relative path: that
+    would be the working directory, so nothing is kept."""
+    import platformdirs
+
+    monkeypatch.delenv(_screen_cache.CACHE_ENV, raising=False)
+    monkeypatch.setattr(platformdirs, "user_cache_dir", lambda *_a, **_k: "~/.cache/agentreplay")
+    assert _screen_cache.cache_dir() is None
+
+
 def test_the_cache_turned_off_keeps_nothing(tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(_screen_cache.CACHE_ENV, "")
