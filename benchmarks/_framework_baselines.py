@@ -4,7 +4,6 @@ framework's dispatch costs before anything is recorded) and fake models that wai
 
 from __future__ import annotations
 
-import inspect
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,10 +15,10 @@ from langchain_core.messages import BaseMessage
 from langchain_core.outputs import ChatResult
 from llama_index.core.instrumentation.event_handlers import BaseEventHandler
 from llama_index.core.instrumentation.events import BaseEvent
-from llama_index.core.instrumentation.span import SimpleSpan
-from llama_index.core.instrumentation.span_handlers import BaseSpanHandler
 from llama_index.core.llms import MockLLM
 from llama_index_instrumentation import get_dispatcher
+
+from agentreplay_llamaindex._routing import SpanlessHandler
 
 #: how long the waiting models wait per call (a hosted model takes 100 to 1,000 times this)
 MODEL_WAIT = 0.002
@@ -54,21 +53,8 @@ class NoOpEventHandler(BaseEventHandler):
         return None
 
 
-class NoOpSpanHandler(BaseSpanHandler[SimpleSpan]):
-    def new_span(self, id_: str, bound_args: inspect.BoundArguments,
-                 instance: Any | None = None, parent_span_id: str | None = None,
-                 tags: dict[str, Any] | None = None, **kwargs: Any) -> SimpleSpan | None:
-        return None
-
-    def prepare_to_exit_span(self, id_: str, bound_args: inspect.BoundArguments,
-                             instance: Any | None = None, result: Any | None = None,
-                             **kwargs: Any) -> SimpleSpan | None:
-        return None
-
-    def prepare_to_drop_span(self, id_: str, bound_args: inspect.BoundArguments,
-                             instance: Any | None = None, err: BaseException | None = None,
-                             **kwargs: Any) -> SimpleSpan | None:
-        return None
+class NoOpSpanHandler(SpanlessHandler):
+    """Builds no spans and does nothing on entering, leaving or dropping one."""
 
 
 @contextmanager

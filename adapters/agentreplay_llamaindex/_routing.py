@@ -92,8 +92,29 @@ class RoutingEventHandler(BaseEventHandler):
         return None
 
 
-class RoutingSpanHandler(BaseSpanHandler[SimpleSpan]):
-    """Hands each span to the span sink of the instrumentation active where it runs."""
+class SpanlessHandler(BaseSpanHandler[SimpleSpan]):
+    """A span handler that builds no span objects: LlamaIndex's abstract span factories
+    answer None. What the span_* methods do, if anything, is the subclass's."""
+
+    def new_span(self, id_: str, bound_args: inspect.BoundArguments,
+                 instance: Any | None = None, parent_span_id: str | None = None,
+                 tags: dict[str, Any] | None = None, **kwargs: Any) -> SimpleSpan | None:
+        return None
+
+    def prepare_to_exit_span(self, id_: str, bound_args: inspect.BoundArguments,
+                             instance: Any | None = None, result: Any | None = None,
+                             **kwargs: Any) -> SimpleSpan | None:
+        return None
+
+    def prepare_to_drop_span(self, id_: str, bound_args: inspect.BoundArguments,
+                             instance: Any | None = None, err: BaseException | None = None,
+                             **kwargs: Any) -> SimpleSpan | None:
+        return None
+
+
+class RoutingSpanHandler(SpanlessHandler):
+    """Hands each span to the span sink of the instrumentation active where it runs (which
+    builds its own spans)."""
 
     def __init__(self) -> None:
         super().__init__(open_spans={}, completed_spans=[], dropped_spans=[],
@@ -129,22 +150,6 @@ class RoutingSpanHandler(BaseSpanHandler[SimpleSpan]):
             spans = found.spans
             if spans is not None:
                 spans.drop(id_, bound_args, err)
-
-    # the span_* methods above never call these: the routed-to handler builds its own spans
-    def new_span(self, id_: str, bound_args: inspect.BoundArguments,
-                 instance: Any | None = None, parent_span_id: str | None = None,
-                 tags: dict[str, Any] | None = None, **kwargs: Any) -> SimpleSpan | None:
-        return None
-
-    def prepare_to_exit_span(self, id_: str, bound_args: inspect.BoundArguments,
-                             instance: Any | None = None, result: Any | None = None,
-                             **kwargs: Any) -> SimpleSpan | None:
-        return None
-
-    def prepare_to_drop_span(self, id_: str, bound_args: inspect.BoundArguments,
-                             instance: Any | None = None, err: BaseException | None = None,
-                             **kwargs: Any) -> SimpleSpan | None:
-        return None
 
 
 _lock = threading.Lock()
