@@ -4,7 +4,7 @@ Compiling the default rules' three databases costs ~75 ms of CPU (Hyperscan's op
 a set of patterns compiles far slower than its members one by one), paid by every process that
 records: 8 ms of it when a run opens, the rest by the writer before it writes the first batch.
 A short-lived process (a CLI call, a serverless function, the `prepare="process"` helper) pays
-it each time, for the same patterns. A serialised database loads in ~0.1 ms.
+it each time, for the same patterns. A serialised database loads in under a millisecond.
 
 A file is named by a SHA-256 of Hyperscan's version, the machine and the patterns with their
 flags and ids, so a change of any of them misses the cache. What is loaded must be trusted as
@@ -12,7 +12,8 @@ the compiler's own answer (a wrong database would leave secrets unredacted), so:
 
 - files are written whole (a temporary file renamed into place): a killed process leaves none
   half-written, and Hyperscan refuses a database whose checksum does not match;
-- a file or directory that is not this user's own, or that others may write, is ignored;
+- a file that is neither this user's nor root's, or that others may write, is ignored, and a
+  directory like that is neither read nor written;
 - a database that does not load, or fails a trial scan (another CPU's build on a shared home
   directory), is compiled anew and its file replaced.
 

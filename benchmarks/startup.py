@@ -12,6 +12,7 @@ against that cache turned off (what every process paid before it existed) and an
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -21,6 +22,7 @@ import time
 from pathlib import Path
 
 from agentreplay_core import open_store
+from agentreplay_core._screen_cache import CACHE_ENV
 from benchmarks._context import Bench
 from benchmarks._db import fresh_store
 from benchmarks._payloads import fresh_chat_steps
@@ -29,7 +31,6 @@ from benchmarks._timing import Sample, alternate
 
 SCHEMA = "bench_startup"
 STEPS = 100
-CACHE_ENV = "AGENTREPLAY_SCREEN_CACHE_DIR"
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -64,7 +65,7 @@ def run(bench: Bench) -> list[Target]:
                    f"(`{CACHE_ENV}`), not kept, or kept in an empty directory.")
     with fresh_store(bench.dsn, SCHEMA), tempfile.TemporaryDirectory() as scratch:
         warm = str(Path(scratch, "warm"))
-        empties = iter(range(1_000))
+        empties = itertools.count()
         found = alternate({
             "cache off": lambda: in_new_process(bench.dsn, ""),
             "cache empty": lambda: in_new_process(bench.dsn,
