@@ -27,13 +27,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentreplay_core._named_mode import NamedMode
+
 CASSETTE_DIR = "agentreplay"
 SUFFIX = ".jsonl"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.,=+\-\[\]]+")
 _MAX_NAME = 120
 
 
-class RecordMode(str, enum.Enum):
+class RecordMode(NamedMode):
     """The record modes of vcrpy, with its meanings."""
 
     NONE = "none"
@@ -42,16 +44,8 @@ class RecordMode(str, enum.Enum):
     ALL = "all"
 
     @classmethod
-    def parse(cls, value: str | RecordMode) -> RecordMode:
-        """The mode named `value`; a ValueError listing the valid names otherwise."""
-        if isinstance(value, RecordMode):
-            return value
-        try:
-            return cls(str(value).strip().lower())
-        except ValueError:
-            valid = ", ".join(m.value for m in cls)
-            raise ValueError(f"unknown agentreplay record mode {value!r}; valid modes: "
-                             f"{valid}") from None
+    def what(cls) -> str:
+        return "record mode"
 
 
 MODE_NAMES: tuple[str, ...] = tuple(m.value for m in RecordMode)

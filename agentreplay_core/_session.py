@@ -11,7 +11,6 @@ records a run and `AGENTREPLAY_MODE=replay AGENTREPLAY_RUN_ID=... python agent.p
 from __future__ import annotations
 
 import contextlib
-import enum
 import warnings
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextvars import ContextVar, Token
@@ -20,6 +19,7 @@ from typing import Any, TypeVar
 from uuid import UUID
 
 from agentreplay_core._errors import AgentReplayError, StoreError
+from agentreplay_core._named_mode import NamedMode
 from agentreplay_core._player import Player
 from agentreplay_core._recorder import Recorder
 from agentreplay_core._store import Store
@@ -27,23 +27,12 @@ from agentreplay_core._store import Store
 T = TypeVar("T")
 
 
-class Mode(str, enum.Enum):
+class Mode(NamedMode):
     """What a session does with the calls it sees."""
 
     RECORD = "record"
     REPLAY = "replay"
     OFF = "off"
-
-    @classmethod
-    def parse(cls, value: str | Mode) -> Mode:
-        """The mode named `value` (any case); a ValueError listing the valid names otherwise."""
-        if isinstance(value, Mode):
-            return value
-        try:
-            return cls(str(value).strip().lower())
-        except ValueError:
-            valid = ", ".join(m.value for m in cls)
-            raise ValueError(f"unknown agentreplay mode {value!r}; valid modes: {valid}") from None
 
 
 _active: ContextVar[Session | None] = ContextVar("agentreplay_session", default=None)

@@ -15,13 +15,18 @@ from langchain_core.tools import BaseTool, tool
 from pydantic import Field
 
 from agentreplay_core import Store, open_store
-from agentreplay_core._transfer import export_run
 from agentreplay_langchain import RecordingCallbackHandler, ReplayChatModel, replay_tools
 from tests.langchain.fakes import ScriptedChatModel, transcript
 from tests.langchain.test_tool_loop import tool_loop
 from tests.support.helper_process import wait_until_used
 from tests.support.pgcluster import PgCluster
-from tests.support.secret_leaks import FakeSecret, fake_secrets, files_bytes, leaks, schema_bytes
+from tests.support.secret_leaks import (
+    FakeSecret,
+    every_place_stored,
+    fake_secrets,
+    leaks,
+    schema_bytes,
+)
 
 FAKES = fake_secrets()
 ALL_TEXT = " | ".join(f.in_text for f in FAKES)
@@ -89,24 +94,11 @@ def grep(blob: bytes, fakes: list[FakeSecret]) -> list[str]:
 def test_no_secret_reaches_postgres_files_spool_or_export(
         store: Store, pg_dsn: str, pg_schema: str, private_cluster: PgCluster,
         tmp_path: Path) -> None:
-    run_id, _ = record_agent(store)
-    export_run(store, run_id, tmp_path / "export.jsonl")
-    with open_store(f"file:{tmp_path / 'files'}", spool_dir=tmp_path / "unused") as files:
-        record_agent(files)
-    down = open_store(private_cluster.dsn, schema="spooled", spool_dir=tmp_path / "spool")
-    down._sink.retry_seconds = 0.3
-    private_cluster.stop()
-    spooled, _ = record_agent(down)
-    down.close()
-    assert (tmp_path / "spool" / f"{spooled}.jsonl").exists()
-
-    stored = schema_bytes(pg_dsn, pg_schema) + files_bytes(
-        tmp_path / "export.jsonl", tmp_path / "files", tmp_path / "spool")
+    stored, plain = every_place_stored(lambda s: record_agent(s)[0], store, pg_dsn, pg_schema,
+                                       private_cluster, tmp_path)
     assert grep(stored, FAKES) == []
     # without redaction every secret is there to find, but `serialized` still is not
-    with open_store(f"file:{tmp_path / 'plain'}", redaction=None) as plain:
-        record_agent(plain)
-    assert grep(files_bytes(tmp_path / "plain"), FAKES) == [f.kind for f in FAKES]
+    assert grep(plain, FAKES) == [f.kind for f in FAKES]
 
 
 def test_the_run_replays_and_gives_the_secrets_back_when_asked(store: Store) -> None:

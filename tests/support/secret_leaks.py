@@ -13,8 +13,15 @@ import json
 import re
 import secrets
 import string
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+from uuid import UUID
+
+if TYPE_CHECKING:
+    from agentreplay_core import Store
+    from tests.support.pgcluster import PgCluster
 
 _ALNUM = string.ascii_letters + string.digits
 _UPPER = string.ascii_uppercase + string.digits
@@ -139,3 +146,28 @@ def leaks(blob: bytes, fakes: list[FakeSecret]) -> list[str]:
         if any(n.encode() in blob for n in needles):
             found.append(fake.kind)
     return found
+
+
+def every_place_stored(record: Callable[[Store], UUID], store: Store, dsn: str, schema: str,
+                       down_cluster: PgCluster, tmp_path: Path) -> tuple[bytes, bytes]:
+    """Record with `record(store)` (it returns the run id) everywhere a run's bytes are kept:
+    `store`'s schema, an export of that run, a file store, and the spool of a store whose
+    database (`down_cluster`, stopped here) went away. Returns (those bytes, the bytes of a
+    file store recorded without redaction: where every secret must be found)."""
+    from agentreplay_core import open_store
+    from agentreplay_core._transfer import export_run
+
+    export_run(store, record(store), tmp_path / "export.jsonl")
+    with open_store(f"file:{tmp_path / 'files'}", spool_dir=tmp_path / "unused") as files:
+        record(files)
+    down = open_store(down_cluster.dsn, schema="spooled", spool_dir=tmp_path / "spool")
+    down._sink.retry_seconds = 0.3
+    down_cluster.stop()
+    spooled = record(down)
+    down.close()
+    assert (tmp_path / "spool" / f"{spooled}.jsonl").exists()
+    with open_store(f"file:{tmp_path / 'plain'}", redaction=None) as plain:
+        record(plain)
+    stored = schema_bytes(dsn, schema) + files_bytes(
+        tmp_path / "export.jsonl", tmp_path / "files", tmp_path / "spool")
+    return stored, files_bytes(tmp_path / "plain")
