@@ -20,6 +20,7 @@ from agentreplay_core._cli_app import (
 )
 from agentreplay_core._cli_common import progress_bar
 from agentreplay_core._errors import AgentReplayError
+from agentreplay_core._plural import counted
 from agentreplay_core._spool import SpoolFlushError
 
 
@@ -63,8 +64,8 @@ def spool_flush(dsn: DsnOption = None, schema: SchemaOption = "agentreplay") -> 
     except AgentReplayError as exc:
         raise fail(str(exc), "is the database reachable again?") from None
     for run_id, count in loaded.items():
-        console.print(f"run {run_id}: {count} step(s) loaded")
-    console.print(f"{len(loaded)} spooled run(s) loaded")
+        console.print(f"run {run_id}: {counted(count, 'step')} loaded")
+    console.print(f"{counted(len(loaded), 'spooled run')} loaded")
     for run_id, why in failed.items():
         err.print(f"run {run_id} stays spooled: {why}", style="red", markup=False)
     if failed:

@@ -13,6 +13,7 @@ from agentreplay_core._cli_common import cli_errors, print_json
 from agentreplay_core._cli_table import Column, fitted_table
 from agentreplay_core._diff import summarize
 from agentreplay_core._model import Run
+from agentreplay_core._plural import counted
 from agentreplay_core._run_compare import RunComparison, StepPair, changes, compare_steps, describe
 
 _STATUS_TEXT = {"same": "same", "differs": "differs", "only_a": "only in A",
@@ -46,7 +47,7 @@ def _print_first(result: RunComparison, run_a: Run, run_b: Run) -> None:
     first = result.first_divergence
     if first is None:
         console.print(f"[green]identical[/green] in what was asked and answered "
-                      f"({len(result.pairs)} steps)", soft_wrap=True)
+                      f"({counted(len(result.pairs), 'step')})", soft_wrap=True)
         return
     a, b = _number(first, "a"), _number(first, "b")
     where = " / ".join(f"{side} step {n}" for side, n in (("A", a), ("B", b)) if n is not None)

@@ -28,6 +28,7 @@ from agentreplay_core._cli_common import (
 )
 from agentreplay_core._cli_table import Column, fitted_table
 from agentreplay_core._model import Run, RunStatus
+from agentreplay_core._plural import counted
 from agentreplay_core._prune import plan_prune, prune
 from agentreplay_core._when import parse_duration
 
@@ -89,11 +90,12 @@ def prune_command(
     verb = "would delete" if dry_run else "deleted"
     if gone:
         console.print(_table(gone))
-    console.print(f"{verb} {len(gone)} run(s) started before {local_time(plan.cutoff)}",
+    console.print(f"{verb} {counted(len(gone), 'run')} started before {local_time(plan.cutoff)}",
                   highlight=False, soft_wrap=True)
     if plan.still_recording:
-        err.print(f"kept {len(plan.still_recording)} old run(s) still recording (alive, or "
-                  "recorded on another host):", style="yellow", soft_wrap=True)
+        kept = counted(len(plan.still_recording), "old run")
+        err.print(f"kept {kept} still recording (alive, or recorded on another host):",
+                  style="yellow", soft_wrap=True)
         for run in plan.still_recording:
             host = run.metadata.get("agentreplay", {})
             where = host.get("host") if isinstance(host, dict) else None

@@ -26,6 +26,7 @@ import typer
 
 from agentreplay_core._cli_app import DsnOption, SchemaOption, app, err, fail, open_cli_store
 from agentreplay_core._cli_common import cli_errors
+from agentreplay_core._plural import counted
 
 #: run first inside the namespace: bring its loopback up (so CMD's own local servers work),
 #: then become CMD. Plain code with no imports of ours, so it costs no more than `python -c`.
@@ -149,7 +150,7 @@ def replay_command(
                # a live fork could neither reach anything nor be stored in the export
                "AGENTREPLAY_ON_DIVERGENCE": "raise"}
         env.pop("AGENTREPLAY_SCHEMA", None)
-        _say(f"agentreplay: replaying run {run.run_id} ({exported.steps} steps) "
+        _say(f"agentreplay: replaying run {run.run_id} ({counted(exported.steps, 'step')}) "
              f"{sandbox.description}")
         try:
             code = subprocess.run([*sandbox.prefix, *command], env=env).returncode

@@ -32,6 +32,7 @@ from agentreplay_core._cli_table import Column, fitted_table
 from agentreplay_core._diff import summarize
 from agentreplay_core._divergence import peek
 from agentreplay_core._model import Run, RunStatus, Step
+from agentreplay_core._plural import counted
 from agentreplay_core._store import Store
 from agentreplay_core._when import parse_since
 
@@ -130,7 +131,7 @@ def _print_run(run: Run, steps: list[Step]) -> None:
     head = Text.assemble(("run ", "bold"), (str(run.run_id), "bold"), "  ", run.name or "",
                          "  ", status_text(run))
     lines = [f"started {local_time(run.started_at, seconds=True)}, took {duration_text(run)}, "
-             f"{len(steps)} steps"]
+             + counted(len(steps), "step")]
     if run_tags(run):
         lines.append("tags: " + ", ".join(run_tags(run)))
     if run.parent_run_id is not None:

@@ -20,6 +20,7 @@ from agentreplay_core._cli_common import cli_errors, progress_bar
 from agentreplay_core._errors import IntegrityError
 from agentreplay_core._integrity import VerifyReport
 from agentreplay_core._model import RunStatus
+from agentreplay_core._plural import counted
 from agentreplay_core._transfer import MalformedExport, RunExists, export_run, import_run
 
 _SHOWN_PROBLEMS = 5
@@ -58,7 +59,7 @@ def export_command(
             result = export_run(store, run.run_id, target, progress=update)
     note = " (still recording: the steps stored so far)" if (
         result.run.status == RunStatus.RECORDING) else ""
-    console.print(f"exported run {result.run.run_id} ({result.steps} steps, "
+    console.print(f"exported run {result.run.run_id} ({counted(result.steps, 'step')}, "
                   f"{result.run.status.value}){note} to {result.path}", markup=False,
                   highlight=False, soft_wrap=True)
     if not result.report.ok:
@@ -110,8 +111,9 @@ def import_command(
                                  "run file of a file store)") from None
     replaced = ", replacing the stored one" if result.replaced else ""
     indexed = result.embeddings if getattr(store.backend, "has_pgvector", False) else 0
-    vectors = f", {indexed} vector(s) indexed for similarity search" if indexed else ""
-    console.print(f"imported run {result.run.run_id} ({result.steps} steps{vectors}){replaced} "
+    vectors = f", {counted(indexed, 'vector')} indexed for similarity search" if indexed else ""
+    steps = counted(result.steps, "step")
+    console.print(f"imported run {result.run.run_id} ({steps}{vectors}){replaced} "
                   f"into {store.backend.description}", markup=False, highlight=False,
                   soft_wrap=True)
     if not result.report.ok:

@@ -10,6 +10,7 @@ from agentreplay_core._codec import decode
 from agentreplay_core._diff import classify, nearest_candidates, render_diff, structural_diff
 from agentreplay_core._errors import ReplayDivergence
 from agentreplay_core._model import Step
+from agentreplay_core._plural import counted
 
 
 def peek(tree: Any) -> Any:
@@ -80,6 +81,7 @@ def missing_calls(run_id: UUID, missing: Sequence[Step]) -> ReplayDivergence:
     return ReplayDivergence(
         run_id=run_id, step=first.step, kind=first.kind, name=first.name,
         classification="missing_call", expected=peek(first.input),
-        detail=(f"{len(missing)} recorded step(s) were never replayed: {listing}{more}; "
+        detail=(f"{counted(len(missing), 'recorded step')} "
+                f"{'was' if len(missing) == 1 else 'were'} never replayed: {listing}{more}; "
                 "pass allow_unused=True if that is expected"),
     )

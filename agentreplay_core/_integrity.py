@@ -34,6 +34,7 @@ import orjson
 from agentreplay_core._codec import canonical_bytes
 from agentreplay_core._hashing import feed
 from agentreplay_core._model import Run, RunStatus, Step
+from agentreplay_core._plural import counted
 
 GENESIS = hashlib.sha256(b"agentreplay/chain/v1").digest()
 HMAC_ENV = "AGENTREPLAY_HMAC_KEY"
@@ -146,7 +147,7 @@ class VerifyReport:
         key = ""
         if self.key_id:
             key = f" under HMAC key {self.key_id}" + (" (an old key)" if self.old_key else "")
-        return f"run {self.run_id}: {self.step_count} steps, chain intact{key}, {seal}"
+        return f"run {self.run_id}: {counted(self.step_count, 'step')}, chain intact{key}, {seal}"
 
 
 def seal_payload(run_id: UUID, status: RunStatus, step_count: int) -> bytes:
@@ -283,7 +284,7 @@ def _check_seal(run: Run, steps: Sequence[Step], last: bytes, key: bytes | None,
     report.sealed = True
     if run.step_count != len(steps):
         problems.append(Problem(run.run_id, None, "step_count_mismatch",
-                                f"run was sealed with {run.step_count} steps but "
+                                f"run was sealed with {counted(run.step_count, 'step')} but "
                                 f"{len(steps)} are stored (truncated or extended)"))
     expected = seal_checksum(run.run_id, run.status, run.step_count, last, key)
     if run.head_checksum != expected:

@@ -36,6 +36,7 @@ import pytest
 
 from agentreplay_core import _cassette as cassette
 from agentreplay_core._cassette import Plan, RecordMode
+from agentreplay_core._plural import counted
 
 if TYPE_CHECKING:
     from agentreplay_core._session import Session
@@ -223,9 +224,10 @@ class _TestRecording:
         could not be recorded."""
         session = self.session
         if session.recorder is not None and session.recorder.stats.unencodable:
-            return (f"agentreplay: {session.recorder.stats.unencodable} value(s) of this test "
-                    "could not be encoded, so its recording would not replay (the log names "
-                    "them; register_type() teaches the codec new types)")
+            values = counted(session.recorder.stats.unencodable, "value")
+            return (f"agentreplay: {values} of this test could not be encoded, so its recording "
+                    "would not replay (the log names them; register_type() teaches the codec "
+                    "new types)")
         player = session.player
         if player is None or player.fork is not None or self.allow_unused:
             return None
@@ -270,15 +272,15 @@ class _TestRecording:
                                     f"see {self.workdir}")
                 return
             self._install(Path(f"{self.workdir}/recording.jsonl"))
-            self.summary.append(f"recorded {shown} ({stats.steps} steps)")
+            self.summary.append(f"recorded {shown} ({counted(stats.steps, 'step')})")
         elif player is not None and player.fork is not None:
             fork = player.fork
             self._install(Path(f"{self.workdir}/{fork.run_id}.jsonl"))
             dropped = len(player.unconsumed())
-            note = f", {dropped} recorded step(s) it no longer asked for dropped" if dropped \
-                else ""
-            self.summary.append(f"rewrote {shown} with new calls ({fork.step_count} steps"
-                                f"{note})")
+            note = f", {counted(dropped, 'recorded step')} it no longer asked for dropped" \
+                if dropped else ""
+            steps = counted(fork.step_count, "step")
+            self.summary.append(f"rewrote {shown} with new calls ({steps}{note})")
         self._clean()
 
     def _install(self, source: Path) -> None:

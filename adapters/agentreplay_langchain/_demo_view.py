@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from agentreplay_core import ReplayDivergence, Store
+from agentreplay_core._plural import counted
 from agentreplay_langchain._demo import (
     QUESTION,
     SYSTEM_PROMPT,
@@ -66,7 +67,7 @@ def run_demo(store: Store, console: Console, timings: Timings) -> bool:
             store.record(name="demo-rag-agent", entropy=True, tags=["demo"]) as rec, \
             instrument(rec):
         live = run_agent(QUESTION, live_backends(rec))
-    console.print(f"recorded run {rec.run_id} ({rec.step_count} steps)", highlight=False)
+    console.print(f"recorded run {rec.run_id} ({counted(rec.step_count, 'step')})", highlight=False)
     console.print(_step_table(store, str(rec.run_id)))
 
     with timings("another live run (not recorded)"):

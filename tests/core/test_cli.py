@@ -57,7 +57,7 @@ def test_spool_flush_command_loads_spooled_rows(private_cluster: PgCluster,
     result = agentreplay("spool", "flush", "--dsn", private_cluster.dsn, "--schema", "cli",
                          env={"AGENTREPLAY_SPOOL_DIR": str(spool)})
     assert result.returncode == 0, result.stderr
-    assert f"run {rec.run_id}: 5 step(s) loaded" in result.stdout
+    assert f"run {rec.run_id}: 5 steps loaded" in result.stdout
     with open_store(private_cluster.dsn, schema="cli") as check:
         assert [s.output for s in check.load_steps(rec.run_id)] == [0, 1, 2, 3, 4]
         assert check.verify(rec.run_id).ok

@@ -80,9 +80,9 @@ def test_prune_deletes_old_runs_but_never_live_recordings(pg_dsn: str, pg_schema
 
         table = agentreplay("prune", "--older-than", "30d", "--keep-tag", "keep", *where)
         assert table.returncode == 0, table.stderr
-        assert "deleted 2 run(s)" in table.stdout
+        assert "deleted 2 runs" in table.stdout
         assert str(dead)[:8] in table.stdout and str(old)[:8] in table.stdout
-        assert "kept 2 old run(s) still recording" in table.stderr
+        assert "kept 2 old runs still recording" in table.stderr
         assert {r.run_id for r in store.list_runs(limit=None)} == {
             live.run_id, kept, remote, recent}
         assert rows_of(pg_dsn, pg_schema, old) == 0

@@ -120,7 +120,7 @@ def test_recorded_steps_never_asked_for_fail(agent: Path, pg_dsn: str, pg_schema
     assert result.returncode == 1
     assert json.loads(result.stdout) == json.loads(recorded)[:1]
     assert f"replay of run {run_id} did not finish cleanly" in result.stderr
-    assert "1 recorded step(s) were never replayed: 2 (tool 'rand')" in result.stderr
+    assert "1 recorded step was never replayed: 2 (tool 'rand')" in result.stderr
 
 
 def test_a_program_that_never_asks_is_not_a_clean_replay(agent: Path, pg_dsn: str,

@@ -66,7 +66,7 @@ def test_export_replays_without_a_database_and_import_restores_vectors(
             assert store.search_embeddings(DOC_VECTORS[1]) == []
     imported = agentreplay("import", str(exported), *where)
     assert imported.returncode == 0, imported.stderr
-    vectors = ", 3 vector(s) indexed for similarity search" if server_has_pgvector else ""
+    vectors = ", 3 vectors indexed for similarity search" if server_has_pgvector else ""
     assert f"imported run {run_id} (3 steps{vectors}) into" in imported.stdout
     again = agentreplay("import", str(exported), *where)
     assert f"run {run_id} already exists" in one_line_error(again)

@@ -140,7 +140,7 @@ def test_unused_steps_and_divergences_are_reported(agent: Path, pg_dsn: str, pg_
     short = run(agent, "1", **replay)
     assert short.returncode == 0  # the program itself succeeded ...
     assert "did not finish cleanly" in short.stderr  # ... but the replay says what is wrong
-    assert "1 recorded step(s) were never replayed" in short.stderr
+    assert "1 recorded step was never replayed" in short.stderr
     reported = run(agent, "1", **replay, AGENTREPLAY_REPORT_FILE=str(tmp_path / "r.json"))
     written = report(tmp_path / "r.json")
     assert written["ok"] is False and "missing_call" in written["error"]

@@ -163,7 +163,7 @@ def test_unused_recorded_steps_fail_the_test_with_a_hint(pytester: pytest.Pytest
     result.assert_outcomes(failed=1)  # the test fails, not its teardown
     result.stdout.fnmatch_lines([
         "*replay diverged (missing_call)*",
-        "*1 recorded step(s) were never replayed: 2 (tool 'rand')*",
+        "*1 recorded step was never replayed: 2 (tool 'rand')*",
         "*@pytest.mark.agentreplay(allow_unused=True)*",
     ])
     write(pytester, agent_test([1], marker="@pytest.mark.agentreplay(allow_unused=True)"))

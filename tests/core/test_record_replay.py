@@ -44,6 +44,10 @@ def test_record_then_replay_returns_recorded_values(any_store: Store) -> None:
     assert replayed_answer == answer
     assert str(replayed_answer["usage"]) == "1.10"
     assert any_store.verify(rec.run_id).ok
+    assert f"run {rec.run_id}: 2 steps, chain intact" in str(any_store.verify(rec.run_id))
+    with any_store.record() as one:
+        one.record("tool", "weather", {"city": "Lyon"}, "sun")
+    assert f"run {one.run_id}: 1 step, chain intact" in str(any_store.verify(one.run_id))
 
 
 def test_replay_returns_fresh_copies(any_store: Store) -> None:
@@ -213,6 +217,7 @@ def test_unconsumed_steps_raise_missing_call_at_exit(any_store: Store) -> None:
         assert [s.step for s in player.unconsumed()] == [2]
     assert caught.value.classification == "missing_call"
     assert caught.value.step == 2
+    assert "1 recorded step was never replayed: 2 (tool 'b')" in str(caught.value)
     with any_store.replay(rec.run_id, allow_unused=True) as player:
         player.next("tool", "a", {})
 

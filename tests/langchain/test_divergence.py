@@ -168,7 +168,7 @@ def test_missing_call_when_the_agent_stops_early(store: Store, recorded: UUID,
     error = caught.value
     assert (error.classification, error.run_id, error.step) == ("missing_call", recorded, 4)
     text = str(error)
-    assert "3 recorded step(s) were never replayed" in text
+    assert "3 recorded steps were never replayed" in text
     assert "4 (llm 'chat_model'), 5 (tool 'add'), 6 (llm 'chat_model')" in text
     assert "allow_unused=True" in text
 
