@@ -20,15 +20,16 @@ from psycopg import sql
 from agentreplay_core import _codec
 from agentreplay_core._errors import RunNotFound, StoreError
 from agentreplay_core._model import Run, RunStatus
-from agentreplay_core.stores import _sql, _sql_staging
+from agentreplay_core.stores import _pgpipeline, _sql, _sql_staging
 from agentreplay_core.stores._backend import (
     EmbeddingRow,
+    LazyRows,
     PendingStep,
     RunFinish,
     SealLater,
     made,
 )
-from agentreplay_core.stores._pgconn import Conn, PostgresPart
+from agentreplay_core.stores._pgconn import Conn, PostgresPart, SessionLimits
 from agentreplay_core.stores._pgrows import (
     binary_step_rows,
     binary_vector_rows,
@@ -46,6 +47,7 @@ class PostgresWrites(PostgresPart):
     has_pgvector: bool
     #: how long a recorder's write waits for a connection
     write_timeout: float
+    limits: SessionLimits
     _rendered: dict[tuple[str, int], str]
 
     def _query(self, conn: Conn, name: str, rows: int = 0) -> str:
@@ -97,6 +99,11 @@ class PostgresWrites(PostgresPart):
             if len(steps) <= SMALL_BATCH and not vectors and (run is None or finish is None):
                 self._one_statement(conn, run, steps, made(finish))
                 return
+            if run is not None and isinstance(finish, SealLater) \
+                    and finish.run_id == run.run_id and isinstance(steps, LazyRows) \
+                    and not vectors and _pgpipeline.supported():
+                self._pipelined(conn, run, steps, finish)
+                return
             with conn.transaction(), conn.cursor() as cur:
                 # a run sealed later in this group: its row after its steps, sealed then
                 last = run is not None and isinstance(finish, SealLater) \
@@ -112,6 +119,22 @@ class PostgresWrites(PostgresPart):
                 if sealed is not None:
                     _sealed(cur.execute(self._query(conn, "seal"), _seal_values(sealed)),
                             sealed)
+
+    def _pipelined(self, conn: Conn, run: Run, steps: LazyRows, finish: SealLater) -> None:
+        """A burst run's one group: its steps made while they are sent, then its row sealed
+        (`_pgpipeline`)."""
+        def sealed_row() -> str:
+            sealed = made(finish)
+            row = run if sealed is None else _sealed_run(run, sealed)
+            return psycopg.ClientCursor(conn).mogrify(self._query(conn, "run"),
+                                                      _run_values(row))
+
+        limits = self.limits
+        # no reply for longer than a statement may run: the connection is gone
+        patience = max(limits.statement_timeout, limits.lock_timeout) + 10.0 \
+            if limits.statement_timeout else None
+        insert = self._query(conn, "insert arrays").encode(conn.info.encoding)
+        _pgpipeline.write_in_pipeline(conn, insert, steps, sealed_row, patience)
 
     def _one_statement(self, conn: Conn, run: Run | None, steps: Sequence[PendingStep],
                        finish: RunFinish | None) -> None:
@@ -272,6 +295,7 @@ _WRITES: dict[str, Callable[[str, int], sql.Composed]] = {
     "insert": lambda schema, rows: _sql.insert_steps(schema, rows, idempotent=False),
     _IDEMPOTENT_INSERT: lambda schema, rows: _sql.insert_steps(schema, rows, idempotent=True),
     "copy": lambda schema, _: _sql.copy_steps(schema),
+    "insert arrays": lambda schema, _: _pgpipeline.insert_arrays(schema),
     "copy, staged": lambda schema, _: _sql_staging.copy_staged_steps(),
     "vectors": lambda schema, _: _sql.copy_vectors(schema),
     "vectors, staged": lambda schema, _: _sql_staging.copy_staged_vectors(),

@@ -37,7 +37,7 @@ def test_versions_agree_with_importlib_for_every_installed_distribution() -> Non
     for dist in importlib_metadata.distributions():
         assert _metadata._header_version(dist) == dist.version, dist.metadata["Name"]
         seen += 1
-    assert seen > 50  # the test environment, not an empty path
+    assert seen > 10  # the test environment, not an empty path
     found = _metadata._versions.__wrapped__()
     assert found == {name: importlib_metadata.version(name)
                      for name in _metadata.TRACKED_DISTRIBUTIONS if name in found}
