@@ -212,3 +212,15 @@ def test_the_insert_is_prepared_once_a_connection_and_again_when_deallocated(
     kept = group()  # prepared again
     assert backend.get_run(kept.run_id).status == RunStatus.COMPLETE
     assert len(prepared()) == 1
+
+
+def test_a_value_an_int4_cannot_hold_is_a_permanent_error(
+        backend: PostgresBackend, pg_dsn: str, pg_schema: str, pipelines: list[int]) -> None:
+    run = Run(run_id=uuid.uuid4(), started_at=T0)
+    rows = burst_rows(run.run_id)
+    rows[-1] = dataclasses.replace(rows[-1], step=2**31)
+    with pytest.raises(StoreError, match="out of its column's range") as caught:
+        backend.write_group(run, _lazy(rows), [], sealing(run.run_id))
+    assert pipelines == [1]
+    assert backend.is_permanent(caught.value)  # as binary COPY's: refused, not retried
+    assert table_text(pg_dsn, pg_schema) == ([], [])
