@@ -3,6 +3,6 @@
 from __future__ import annotations
 
 
-def counted(count: int, noun: str, plural: str | None = None) -> str:
-    """`count` and `noun` in the number it asks for (`plural` where adding s is wrong)."""
-    return f"{count} {noun if count == 1 else plural or noun + 's'}"
+def counted(count: int, noun: str) -> str:
+    """`count` and `noun` (whose plural takes an s) in the number it asks for."""
+    return f"{count} {noun if count == 1 else noun + 's'}"

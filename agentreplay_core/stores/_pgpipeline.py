@@ -23,7 +23,7 @@ import selectors
 import struct
 import weakref
 from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime, timedelta, timezone, tzinfo
+from datetime import tzinfo
 
 import psycopg
 from psycopg import pq, sql
@@ -31,6 +31,7 @@ from psycopg import pq, sql
 from agentreplay_core.stores import _sql
 from agentreplay_core.stores._backend import PendingStep
 from agentreplay_core.stores._pgconn import Conn
+from agentreplay_core.stores._pgrows import pg_micros
 
 #: rows an INSERT carries: the server stores one chunk while the client makes the next, and
 #: the last chunk is what the agent waits for after the last row is made (25 rows measured
@@ -57,15 +58,12 @@ _JSONB_HEAD = struct.Struct(">ib").pack  # length (with the version byte), versi
 _BOOL = struct.Struct(">i?").pack
 _INT8 = struct.Struct(">iq").pack
 _FLOAT8 = struct.Struct(">id").pack
-_PG_EPOCH = datetime(2000, 1, 1, tzinfo=timezone.utc)
-_MICROSECOND = timedelta(microseconds=1)
 
 
 #: the statements prepared on each connection (the pool's connections come and go)
 _prepared: weakref.WeakKeyDictionary[Conn, set[bytes]] = weakref.WeakKeyDictionary()
 
 
-@functools.lru_cache(maxsize=1)
 def supported() -> bool:
     """Whether this libpq has pipeline mode (14 or later)."""
     return psycopg.Pipeline.is_supported()
@@ -81,16 +79,12 @@ def insert_arrays(schema: str) -> sql.Composed:
 
 def step_arrays(rows: Sequence[PendingStep], session_zone: tzinfo) -> list[bytes]:
     """`rows` as one binary array a column, in `STEP_COLUMNS` order: the values as binary
-    COPY writes them (`_pgrows.binary_step_rows`), a naive `started_at` read in the session's
-    time zone likewise."""
+    COPY writes them (`_pgrows.binary_step_rows`)."""
     n = len(rows)
     cols = [bytearray(_ARRAY_HEAD.pack(1, 0, element, n, 1)) for _, element in _TYPES]
     run_ids, steps, kinds, names, keys, paths, inputs, outputs, errors, starts, durations, \
         checksums = cols
     for s in rows:
-        started = s.started_at
-        if started.tzinfo is None:
-            started = started.replace(tzinfo=session_zone)
         run_ids += _UUID_LEN
         run_ids += s.run_id.bytes
         steps += _STEP(4, s.step)
@@ -105,7 +99,7 @@ def step_arrays(rows: Sequence[PendingStep], session_zone: tzinfo) -> list[bytes
         outputs += _JSONB_HEAD(len(s.output_json) + 1, 1)
         outputs += s.output_json
         errors += _BOOL(1, s.is_error)
-        starts += _INT8(8, (started - _PG_EPOCH) // _MICROSECOND)
+        starts += _INT8(8, pg_micros(s.started_at, session_zone))
         durations += _FLOAT8(8, s.duration_ms)
     return [bytes(c) for c in cols]
 

@@ -19,6 +19,7 @@ __all__ = [
     "MAX_VECTOR_DIMS",
     "binary_step_rows",
     "binary_vector_rows",
+    "pg_micros",
     "step_values",
     "vector_binary",
     "vector_text",
@@ -101,6 +102,14 @@ _STEP_TAIL = struct.Struct(">i?iqidi")
 _VECTOR_HEAD = struct.Struct(">hi16siiiiiii")
 
 
+def pg_micros(when: datetime, session_zone: tzinfo) -> int:
+    """`when` as a binary timestamptz: microseconds since PostgreSQL's epoch; a naive time is
+    read in the session's time zone, as the server reads a naive timestamp sent as text."""
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=session_zone)
+    return (when - _PG_EPOCH) // _MICROSECOND
+
+
 def binary_step_rows(steps: Iterable[PendingStep], session_zone: tzinfo
                      ) -> Iterator[bytearray]:
     """`steps` as binary COPY data in `STEP_COLUMNS` order, in chunks of ~`COPY_CHUNK`
@@ -124,9 +133,6 @@ def binary_step_rows(steps: Iterable[PendingStep], session_zone: tzinfo
         run = ids.get(s.run_id)
         if run is None:
             run = ids[s.run_id] = s.run_id.bytes
-        started = s.started_at
-        if started.tzinfo is None:
-            started = started.replace(tzinfo=session_zone)
         kind, name = s.kind.encode(), s.name.encode()
         key, path, checksum = s.match_key.encode(), s.path.encode(), s.checksum.encode()
         stored_in = s.stored_input
@@ -142,7 +148,7 @@ def binary_step_rows(steps: Iterable[PendingStep], session_zone: tzinfo
         out += stored_in
         out += jsonb(len(s.output_json) + 1, 1)
         out += s.output_json
-        out += tail(1, s.is_error, 8, (started - _PG_EPOCH) // _MICROSECOND, 8,
+        out += tail(1, s.is_error, 8, pg_micros(s.started_at, session_zone), 8,
                     s.duration_ms, len(checksum))
         out += checksum
         if len(out) >= COPY_CHUNK:
