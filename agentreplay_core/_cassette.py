@@ -160,7 +160,8 @@ def marker_options(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> MarkerOp
                          f"not {name!r}")
     unknown = sorted(set(options) - {*RECORD_OPTIONS, *REPLAY_OPTIONS})
     if unknown:
-        raise ValueError(f"@pytest.mark.agentreplay: unknown option(s) {', '.join(unknown)}; "
+        raise ValueError(f"@pytest.mark.agentreplay: unknown "
+                         f"{'option' if len(unknown) == 1 else 'options'} {', '.join(unknown)}; "
                          f"accepted: name, {', '.join((*RECORD_OPTIONS, *REPLAY_OPTIONS))}")
     return MarkerOptions(
         name=name,

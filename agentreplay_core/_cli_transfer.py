@@ -30,7 +30,7 @@ def _problems(report: VerifyReport) -> None:
     for problem in report.problems[:_SHOWN_PROBLEMS]:
         err.print("  " + str(problem), style="red", markup=False, highlight=False, soft_wrap=True)
     if len(report.problems) > _SHOWN_PROBLEMS:
-        err.print(f"  ... and {len(report.problems) - _SHOWN_PROBLEMS} more problem(s)",
+        err.print(f"  ... and {counted(len(report.problems) - _SHOWN_PROBLEMS, 'more problem')}",
                   style="red", highlight=False, soft_wrap=True)
 
 

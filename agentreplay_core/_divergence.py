@@ -67,7 +67,8 @@ def divergence(
         return ReplayDivergence(
             step=target.step, classification=classify(kind, entries), expected=expected,
             diff=render_diff(entries), detail=detail, **common)
-    detail = (f"all {recorded_total} recorded {kind} {name!r} call(s) were already replayed"
+    calls = "call was" if recorded_total == 1 else "calls were"
+    detail = (f"all {recorded_total} recorded {kind} {name!r} {calls} already replayed"
               if recorded_total else f"the recording holds no {kind} call named {name!r}")
     return ReplayDivergence(step=None, classification="unexpected_call", detail=detail,
                             **common)

@@ -22,6 +22,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_expone
 
 from agentreplay_core._delta import delta_base
 from agentreplay_core._model import Run
+from agentreplay_core._plural import counted
 from agentreplay_core._spool import Spool
 from agentreplay_core.stores._backend import (
     EmbeddingRow,
@@ -167,8 +168,8 @@ class Sink:
             try:
                 self.backend.write_group(run, steps, embeddings, finish)
             except Exception as exc:
-                log.debug("agentreplay: writing %d step(s) in one transaction failed (%r); "
-                          "writing them one by one", len(steps), exc)
+                log.debug("agentreplay: writing %s in one transaction failed (%r); "
+                          "writing them one by one", counted(len(steps), "step"), exc)
                 # a refusal rolled everything back; a lost connection may have lost only
                 # the answer to a commit that went through
                 unsure = not self.backend.is_permanent(exc)
@@ -205,7 +206,7 @@ class Sink:
         for run_id, rows in by_run.items():
             vectors = [e for e in embeddings if e.run_id == run_id]
             kept = self._spool({run_id}, functools.partial(self.spool.write_rows, rows, vectors),
-                               f"{len(rows)} step(s) of run {run_id}")
+                               f"{counted(len(rows), 'step')} of run {run_id}")
             self._count(self.spooled_steps if kept else self.lost_steps, rows)
 
     def _write_direct(self, steps: list[PendingStep], embeddings: Sequence[EmbeddingRow],
@@ -222,7 +223,7 @@ class Sink:
             attempts[0] += 1
             self.backend.append(steps, vectors, idempotent=attempts[0] > 1)
 
-        outcome = self._try(append, f"{len(steps)} step(s)")
+        outcome = self._try(append, counted(len(steps), "step"))
         if outcome is Outcome.WRITTEN:
             self._count(self.written_steps, steps)
             return []
@@ -263,9 +264,9 @@ class Sink:
         with self._lock:
             run_ids = sorted(self._spooling, key=str)
         if run_ids and time.monotonic() < self._down_until:
-            self._note(f"{len(run_ids)} spooled run(s) stay in {self.spool.directory}: the "
-                       "database was unreachable moments ago; load them later with "
-                       "`agentreplay spool flush`")
+            self._note(f"{counted(len(run_ids), 'spooled run')} left in "
+                       f"{self.spool.directory}: the database was unreachable moments ago; "
+                       "load spooled runs later with `agentreplay spool flush`")
             return loaded
         for run_id in run_ids:
             try:

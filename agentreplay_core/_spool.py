@@ -29,6 +29,7 @@ import platformdirs
 
 from agentreplay_core._errors import StoreError
 from agentreplay_core._model import Run, RunStatus
+from agentreplay_core._plural import counted
 from agentreplay_core.stores import _jsonl as jsonl
 from agentreplay_core.stores._backend import EmbeddingRow, PendingStep, RunFinish, StoreBackend
 
@@ -84,8 +85,9 @@ class SpoolFlushError(StoreError):
         self.failed = failed
         reasons = "; ".join(f"run {run_id}: {why}" for run_id, why in failed.items())
         super().__init__(
-            f"{len(failed)} spooled run(s) in {directory} could not be loaded ({reasons}); "
-            f"{len(loaded)} other run(s) were loaded. The failed ones stay spooled: fix the "
+            f"{counted(len(failed), 'spooled run')} in {directory} could not be loaded "
+            f"({reasons}); {counted(len(loaded), 'other run')} loaded. The failed ones stay "
+            "spooled: fix the "
             "cause and run `agentreplay spool flush` again")
 
 

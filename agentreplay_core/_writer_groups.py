@@ -11,6 +11,7 @@ from typing import Literal, Union
 from uuid import UUID
 
 from agentreplay_core._model import Run
+from agentreplay_core._plural import counted
 from agentreplay_core._sink import Sink
 from agentreplay_core._step_chain import Captured
 from agentreplay_core._writer_sync import Settleable
@@ -100,7 +101,7 @@ def _write(sink: Sink, group: _Group, queued_seal: QueuedSeal) -> None:
     try:
         sink.write_group(group.run, rows, vectors, group.finish)
     except Exception:  # the sink never raises; this is a last line of defence
-        log.exception("agentreplay: writer failed to write %d step(s)", len(rows))
+        log.exception("agentreplay: writer failed to write %s", counted(len(rows), "step"))
     group.run, group.steps, group.finish = None, [], None
 
 

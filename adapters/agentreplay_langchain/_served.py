@@ -31,6 +31,7 @@ from langchain_core.outputs import (
 
 from agentreplay_core import AgentReplayError, Step, decode
 from agentreplay_core._codec import TAG
+from agentreplay_core._plural import counted
 from agentreplay_core._recorded_errors import error_from_record, is_cancellation
 from agentreplay_langchain._construct import chat_generation
 from agentreplay_langchain._convert import dump, revive, revive_encoded
@@ -76,7 +77,7 @@ def error_of(step: Step, output: dict[str, Any], served_chunks: int | None = Non
              ) -> BaseException:
     """The exception a recorded failed model call raises again."""
     if output.get("abandoned"):
-        told = "" if served_chunks is None else f" after {served_chunks} chunk(s)"
+        told = "" if served_chunks is None else f" after {counted(served_chunks, 'chunk')}"
         return AbandonedStreamReplayed(
             f"run {step.run_id}, step {step.step} ({step.kind} {step.name!r}): the recorded "
             f"stream was abandoned by its consumer{told}; the replay asked for more than was "

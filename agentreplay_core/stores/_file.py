@@ -31,6 +31,7 @@ from pydantic import BaseModel, ValidationError
 from agentreplay_core._codec import canonical_bytes
 from agentreplay_core._errors import RunNotFound, StoreError
 from agentreplay_core._model import FORMAT_VERSION, Run, RunStatus, Step
+from agentreplay_core._plural import counted
 from agentreplay_core.stores import _jsonl as jsonl
 from agentreplay_core.stores._backend import EmbeddingRow, PendingStep, RunFinish, StoreBackend
 from agentreplay_core.stores._memory import filter_runs, hex_prefix
@@ -92,7 +93,7 @@ def _validated(model: type[M], data: Any, path: Path, number: int) -> M:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "record"
         raise StoreError(f"{path}: malformed run file: line {number}: {where}: {first['msg']}"
-                         f" ({exc.error_count()} problem(s))") from None
+                         f" ({counted(exc.error_count(), 'problem')})") from None
 
 
 def parse_run(data: bytes, path: Path, *, with_steps: bool = True) -> tuple[Run, list[Step]]:

@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 
 from agentreplay_core._errors import StoreError
+from agentreplay_core._plural import counted
 
 log = logging.getLogger("agentreplay")
 
@@ -114,8 +115,9 @@ def repair_tail(fd: int, source: Path) -> None:
         log.warning("%s: the last line had no newline; added one", source)
         return
     os.ftruncate(fd, end)
-    log.warning("%s: cut %d byte(s) of a line left unfinished by a writer that died or "
-                "failed mid-line; they were never a complete record", source, size - end)
+    log.warning("%s: cut %s of a line left unfinished by a writer that died or failed "
+                "mid-line; they were never a complete record", source,
+                counted(size - end, "byte"))
 
 
 def is_record(line: bytes) -> bool:

@@ -12,6 +12,7 @@ from agentreplay_core._store import Store
 
 DSN_ENV = "AGENTREPLAY_DSN"
 SCHEMA_ENV = "AGENTREPLAY_SCHEMA"
+POOLER_ENV = "AGENTREPLAY_POOLER"
 _SCHEME_RE = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 #: libpq keywords a key=value connection string usually starts with
 _CONNINFO_RE = re.compile(
@@ -39,7 +40,8 @@ def open_store(url: str | os.PathLike[str] | None = None, **options: Any) -> Sto
     `accept_unkeyed_runs`, `redaction`: a `Redactor`, or None to store secrets as they are;
     `prepare`: "process" to prepare batched steps in a helper process, see `Store`)
     or, for PostgreSQL, to the backend (`schema`, `max_size`, `migrate`,
-    `write_statement_timeout`, `lock_timeout`).
+    `write_statement_timeout`, `lock_timeout`, `pooler`: "transaction" behind PgBouncer in
+    transaction mode or a pooler like it, default `AGENTREPLAY_POOLER`).
     """
     store_options = {k: options.pop(k) for k in ("hmac_key", "spool_dir", "max_queue", "linger",
                                                   "accept_unkeyed_runs", "redaction", "prepare")
@@ -67,6 +69,7 @@ def open_store(url: str | os.PathLike[str] | None = None, **options: Any) -> Sto
                 f"PostgreSQL support is not installed ({exc.name} missing): "
                 'pip install "agentreplay[postgres]"') from None
         options.setdefault("schema", os.environ.get(SCHEMA_ENV, "agentreplay"))
+        options.setdefault("pooler", os.environ.get(POOLER_ENV) or None)
         return Store(PostgresBackend(text, **options), **store_options)
     if options:
         raise TypeError(f"unexpected options for {text}: {', '.join(options)}")

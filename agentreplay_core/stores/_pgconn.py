@@ -23,6 +23,7 @@ from agentreplay_core.stores import _sql
 from agentreplay_core.stores._backend import StoreBackend
 
 __all__ = [
+    "POOLERS",
     "Conn",
     "DatabaseTimeout",
     "DatabaseUnavailable",
@@ -35,6 +36,7 @@ __all__ = [
     "dsn_endpoints",
     "explain_failure",
     "redact_dsn",
+    "transaction_pooled",
     "widen_send_buffer",
 ]
 
@@ -116,7 +118,17 @@ def explain_failure(exc: BaseException, dsn: str) -> str:
     message = " ".join(str(exc).split()) or type(exc).__name__
     for secret in sorted(_secrets(dsn), key=len, reverse=True):
         message = message.replace(secret, "***")
+    if isinstance(exc, psycopg.Error) and exc.sqlstate in _LOST_STATEMENT:
+        message += _POOLER_HINT
     return message
+
+
+#: a prepared statement missing, or there already, on a session this connection prepared it
+#: on (or never did): what a transaction pooler's swapped server sessions look like
+_LOST_STATEMENT = ("26000", "42P05")
+_POOLER_HINT = (". Is the server behind a pooler in transaction mode (PgBouncer's pool_mode = "
+                "transaction)? Open the store with pooler='transaction' (or set "
+                "AGENTREPLAY_POOLER=transaction), which prepares no statement")
 
 
 def describe_target(dsn: str) -> str:
@@ -154,9 +166,14 @@ def connection_options(dsn: str, timeout: float) -> dict[str, Any]:
 
 
 def connect(dsn: str, *, timeout: float = 10) -> Conn:
-    """An autocommit connection, or a `StoreError` that says where and what to check."""
+    """An autocommit connection, or a `StoreError` that says where and what to check.
+
+    It prepares no statement: it lives for a few statements, and behind a transaction
+    pooler a prepared statement stays on a server session the next transaction may not get.
+    """
     try:
-        return psycopg.connect(dsn, autocommit=True, **connection_options(dsn, timeout))
+        return psycopg.connect(dsn, autocommit=True, prepare_threshold=None,
+                               **connection_options(dsn, timeout))
     except psycopg.OperationalError as exc:
         raise DatabaseUnavailable(
             f"cannot connect to PostgreSQL ({describe_target(dsn)}): "
@@ -227,19 +244,22 @@ def widen_send_buffer(fd: int) -> None:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
 
 
-def configure(conn: Conn, *, statement_timeout: float = 0, lock_timeout: float = 0) -> None:
+def configure(conn: Conn, *, statement_timeout: float = 0, lock_timeout: float = 0,
+              pooled: bool = False) -> None:
     """Session settings every store connection gets, in one round trip, and a send buffer
     that holds a batch (`widen_send_buffer`).
 
     Timestamps come back in UTC whatever the server's default zone. The timeouts (seconds, 0 =
     none) bound how long a statement may run and wait for a lock; the server then cancels it.
+    Behind a transaction pooler (`pooled`) the timeouts are left out: the pooler lends the
+    server's session to other clients between transactions, so they would bind those
+    clients' statements and miss ours; the time zone stays (PgBouncer carries it over).
     """
     widen_send_buffer(conn.fileno())
-    settings = {
-        "TimeZone": "UTC",
-        "statement_timeout": str(milliseconds(statement_timeout)),
-        "lock_timeout": str(milliseconds(lock_timeout)),
-    }
+    settings = {"TimeZone": "UTC"}
+    if not pooled:
+        settings["statement_timeout"] = str(milliseconds(statement_timeout))
+        settings["lock_timeout"] = str(milliseconds(lock_timeout))
     conn.execute(_sql.set_config(len(settings)), [v for kv in settings.items() for v in kv])
 
 
@@ -248,12 +268,32 @@ def milliseconds(seconds: float) -> int:
     return math.ceil(seconds * 1000) if seconds > 0 else 0
 
 
+#: what `open_store(pooler=...)` accepts: how a pooler between the store and PostgreSQL lends
+#: server sessions (None or "session": one for the connection's life, as a direct connection)
+POOLERS = (None, "session", "transaction")
+
+
+def transaction_pooled(pooler: str | None) -> bool:
+    """Whether `pooler` (`POOLERS`) lends a server session only for a transaction."""
+    if pooler == "":
+        pooler = None
+    if pooler not in POOLERS:
+        hint = (" (statement mode refuses transactions of more than one statement, which "
+                "a run's writes need: use transaction mode)" if pooler == "statement" else "")
+        raise ValueError(f"pooler must be None, 'session' or 'transaction', got {pooler!r}"
+                         f"{hint}")
+    return pooler == "transaction"
+
+
 @dataclass(frozen=True)
 class SessionLimits:
     """The statement and lock timeouts of a store's sessions, in seconds (0 = no limit)."""
 
     statement_timeout: float
     lock_timeout: float
+    #: the server is reached through a pooler in transaction mode (`POOLERS`): no session
+    #: settings but the time zone, no prepared statements
+    pooled: bool = False
 
     def __post_init__(self) -> None:
         for label, value in (("write_statement_timeout", self.statement_timeout),
@@ -264,7 +304,8 @@ class SessionLimits:
 
     def configure(self, conn: Conn) -> None:
         """`configure` with these limits: the pool's hook for each new connection."""
-        configure(conn, statement_timeout=self.statement_timeout, lock_timeout=self.lock_timeout)
+        configure(conn, statement_timeout=self.statement_timeout, lock_timeout=self.lock_timeout,
+                  pooled=self.pooled)
 
     def error(self, exc: psycopg.Error, failed: str) -> DatabaseTimeout:
         """What to raise for a statement the server cancelled; `failed` says what failed."""

@@ -119,18 +119,22 @@ def chunks(rows: Iterable[PendingStep]) -> Iterable[list[PendingStep]]:
 
 
 def write_in_pipeline(conn: Conn, insert: bytes, rows: Iterable[PendingStep],
-                      last: Callable[[], str], timeout: float | None) -> None:
+                      last: Callable[[], str], timeout: float | None,
+                      *, prepare: bool = True) -> None:
     """BEGIN, an INSERT of each chunk of `rows` sent as soon as it is made, the statement
     `last()` returns once they are all made (the run's row, its values inline), COMMIT: one
     pipeline, one wait at its end. The INSERT is prepared once a connection: planned anew
-    for every chunk it cost the server a fifth more CPU a row. A statement the server refuses
-    raises its psycopg error; a failure of the connection, or no reply for `timeout` seconds
-    (None: no limit, as psycopg's own waits), closes the connection."""
+    for every chunk it cost the server a fifth more CPU a row; `prepare=False` plans it anew
+    all the same, for a server session that a transaction pooler may swap between groups.
+    A statement the server refuses raises its psycopg error; a failure of the connection, or
+    no reply for `timeout` seconds (None: no limit, as psycopg's own waits), closes the
+    connection."""
     pg = conn.pgconn
     zone = conn.info.timezone
     encoding = conn.info.encoding
-    name = b"agentreplay_steps_" + hashlib.sha256(insert).hexdigest()[:16].encode()
-    prepared = _prepared.setdefault(conn, set())
+    name = _statement_name(insert) if prepare else b""
+    # unprepared, the unnamed statement counts as prepared, in a set that nothing keeps
+    prepared = _prepared.setdefault(conn, set()) if prepare else {name}
     wire = _Wire(pg, timeout)
     inserted: list[int] = []
     try:
@@ -145,7 +149,11 @@ def write_in_pipeline(conn: Conn, insert: bytes, rows: Iterable[PendingStep],
             except struct.error as exc:  # as the COPY path refuses it: not retried
                 raise psycopg.DataError(f"a step row has a value out of its column's range: "
                                         f"{exc}") from exc
-            pg.send_query_prepared(name, arrays, param_formats=_BINARY)
+            if prepare:
+                pg.send_query_prepared(name, arrays, param_formats=_BINARY)
+            else:
+                pg.send_query_params(insert, arrays, param_types=_ARRAY_TYPES,
+                                     param_formats=_BINARY)
             inserted.append(len(chunk))
             pg.send_flush_request()  # the server answers as it goes, nothing waits for it
             wire.send()
@@ -171,6 +179,12 @@ def write_in_pipeline(conn: Conn, insert: bytes, rows: Iterable[PendingStep],
         prepared.discard(name)
     # the pool's connection context rolls the transaction back
     raise psycopg.errors.error_from_result(refused, encoding=encoding)
+
+
+@functools.lru_cache(maxsize=128)
+def _statement_name(insert: bytes) -> bytes:
+    """The name the INSERT is prepared under: one per statement text (schema)."""
+    return b"agentreplay_steps_" + hashlib.sha256(insert).hexdigest()[:16].encode()
 
 
 class _Wire:

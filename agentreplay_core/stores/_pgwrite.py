@@ -20,6 +20,7 @@ from psycopg import sql
 from agentreplay_core import _codec
 from agentreplay_core._errors import RunNotFound, StoreError
 from agentreplay_core._model import Run, RunStatus
+from agentreplay_core._plural import counted
 from agentreplay_core.stores import _pgpipeline, _sql, _sql_staging
 from agentreplay_core.stores._backend import (
     EmbeddingRow,
@@ -89,7 +90,7 @@ class PostgresWrites(PostgresPart):
             return
         named = run or finish
         assert named is not None
-        action = f"store run {named.run_id} with {len(steps)} step(s)"
+        action = f"store run {named.run_id} with {counted(len(steps), 'step')}"
         vectors = self._vector_rows(embeddings)
         if len(steps) <= SMALL_BATCH:
             finish = made(finish)  # few rows to make first
@@ -134,7 +135,8 @@ class PostgresWrites(PostgresPart):
         patience = max(limits.statement_timeout, limits.lock_timeout) + 10.0 \
             if limits.statement_timeout else None
         insert = self._query(conn, "insert arrays").encode(conn.info.encoding)
-        _pgpipeline.write_in_pipeline(conn, insert, steps, sealed_row, patience)
+        _pgpipeline.write_in_pipeline(conn, insert, steps, sealed_row, patience,
+                                      prepare=not limits.pooled)
 
     def _one_statement(self, conn: Conn, run: Run | None, steps: Sequence[PendingStep],
                        finish: RunFinish | None) -> None:
@@ -165,7 +167,7 @@ class PostgresWrites(PostgresPart):
             return
         runs = sorted(map(str, {s.run_id for s in steps}))
         more = f" and {len(runs) - 3} more" if len(runs) > 3 else ""
-        action = f"store {len(steps)} step(s) of run {', '.join(runs[:3]) or '-'}{more}"
+        action = f"store {counted(len(steps), 'step')} of run {', '.join(runs[:3]) or '-'}{more}"
         try:
             with self._connection(action, self.write_timeout, write=True) as conn:
                 if not vectors and len(steps) <= SMALL_BATCH:

@@ -7,7 +7,8 @@ the pool, the schema and the connections. Connection trouble surfaces as
 traceback. Every pooled session runs with a statement and a lock timeout, so a write stuck
 behind a table lock or a stalled server fails (`DatabaseTimeout`) and the recorder can retry
 and spool; reads that may legitimately run long lift the statement timeout for their own
-transaction. Usage::
+transaction. Behind a pooler in transaction mode (`pooler="transaction"`) the sessions are
+the pooler's to lend: no timeouts are set on them and no statement is prepared. Usage::
 
     backend = PostgresBackend("postgresql://me@db.example/agents", schema="agentreplay")
     runs = backend.list_runs(limit=10)
@@ -46,6 +47,7 @@ from agentreplay_core.stores._pgconn import (
     dsn_endpoints,
     explain_failure,
     redact_dsn,
+    transaction_pooled,
 )
 from agentreplay_core.stores._pgread import PostgresReads
 from agentreplay_core.stores._pgrows import vector_text
@@ -77,6 +79,11 @@ class PostgresBackend(PostgresWrites, PostgresReads):
             TABLE`, a migration, `VACUUM FULL`) before failing with `DatabaseTimeout`; 0 = no
             limit. Applies to reads too, which then fail instead of hanging. Both are also
             `self.limits`.
+        pooler: "transaction" when the DSN names a pooler that lends a server session only
+            for a transaction (PgBouncer's `pool_mode = transaction`, Supavisor, pgcat): the
+            store then prepares no statement and sets no session timeout (set them on the
+            role: `ALTER ROLE ... SET statement_timeout = '10s'`). None or "session" (the
+            default, or `AGENTREPLAY_POOLER` through `open_store`): a session per connection.
     """
 
     def __init__(
@@ -90,9 +97,11 @@ class PostgresBackend(PostgresWrites, PostgresReads):
         connect_timeout: float = 10,
         write_statement_timeout: float = 10.0,
         lock_timeout: float = 5.0,
+        pooler: str | None = None,
     ) -> None:
         self.schema = _sql.check_schema_name(schema)
-        self.limits = SessionLimits(write_statement_timeout, lock_timeout)
+        pooled = transaction_pooled(pooler)
+        self.limits = SessionLimits(write_statement_timeout, lock_timeout, pooled)
         self.description = redact_dsn(dsn) or "PostgreSQL (libpq defaults)"
         self._dsn = dsn
         self._timeout = float(connect_timeout)
@@ -118,7 +127,10 @@ class PostgresBackend(PostgresWrites, PostgresReads):
             dsn,
             min_size=min_size,
             max_size=max_size,
-            kwargs={"autocommit": True, **connection_options(dsn, self._timeout)},
+            # psycopg prepares a statement run five times on a connection; a transaction
+            # pooler may run the next one on a server session that lacks it
+            kwargs={"autocommit": True, **connection_options(dsn, self._timeout),
+                    **({"prepare_threshold": None} if pooled else {})},
             # Session settings, not per statement: a `sync` write stays one round trip.
             configure=self.limits.configure,
             check=self._check_if_idle,  # survive a server restart

@@ -224,3 +224,26 @@ def test_a_value_an_int4_cannot_hold_is_a_permanent_error(
     assert pipelines == [1]
     assert backend.is_permanent(caught.value)  # as binary COPY's: refused, not retried
     assert table_text(pg_dsn, pg_schema) == ([], [])
+
+
+def test_behind_a_transaction_pooler_the_pipeline_prepares_nothing_and_stores_the_same(
+        pg_dsn: str, pg_schema: str, other_schema: str, copying: PostgresBackend,
+        pipelines: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    """`pooler="transaction"`: each chunk's INSERT planned where it runs, the same rows as
+    binary COPY, and no statement left on the session, neither the group's nor psycopg's."""
+    backend = PostgresBackend(pg_dsn, schema=pg_schema, max_size=1, pooler="transaction")
+    try:
+        runs = [Run(run_id=uuid.uuid4(), name=f"pooled {n}", started_at=T0) for n in range(3)]
+        for run in runs:
+            backend.write_group(run, _lazy(burst_rows(run.run_id)), [], sealing(run.run_id))
+            for _ in range(8):  # psycopg would prepare a statement run five times
+                assert backend.get_run(run.run_id).step_count == COUNT
+        assert pipelines == [1, 1, 1]
+        with backend._connection("list prepared statements") as conn:
+            assert conn.execute("SELECT name FROM pg_prepared_statements").fetchall() == []
+    finally:
+        backend.close()
+    monkeypatch.setattr(_pgpipeline, "supported", lambda: False)
+    for run in runs:
+        copying.write_group(run, _lazy(burst_rows(run.run_id)), [], sealing(run.run_id))
+    assert table_text(pg_dsn, pg_schema) == table_text(pg_dsn, other_schema)

@@ -303,7 +303,7 @@ def test_bad_mode_and_marker_options_are_explained(pytester: pytest.Pytester) ->
     pytester.makeini("[pytest]\nagentreplay_mode = once\n")
     result = run(pytester)
     result.assert_outcomes(errors=1)
-    result.stdout.fnmatch_lines(["*unknown option(s) entropi; accepted: name, entropy*"])
+    result.stdout.fnmatch_lines(["*unknown option entropi; accepted: name, entropy*"])
 
 
 def test_record_mode_table() -> None:

@@ -157,7 +157,8 @@ def test_extra_call(store: Store, recorded: UUID, offline: list[Any], extra: str
     assert (error.classification, error.run_id, error.step) == ("unexpected_call", recorded, None)
     kind, name, count = ("tool", "weather", 1) if extra == "tool" else ("llm", "chat_model", 3)
     assert (error.kind, error.name) == (kind, name)
-    assert f"all {count} recorded {kind} {name!r} call(s) were already replayed" in str(error)
+    calls = "call was" if count == 1 else "calls were"
+    assert f"all {count} recorded {kind} {name!r} {calls} already replayed" in str(error)
 
 
 def test_missing_call_when_the_agent_stops_early(store: Store, recorded: UUID,

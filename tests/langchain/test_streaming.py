@@ -228,7 +228,7 @@ def test_abandoned_stream_replays_up_to_where_the_consumer_stopped(store: Store)
             next(stream)
     message = str(caught.value)
     assert str(rec.run_id) in message and "abandoned" in message
-    assert "after 2 chunk(s)" in message and "Stop reading" in message
+    assert "after 2 chunks" in message and "Stop reading" in message
 
 
 def test_abandoned_async_stream_replays_up_to_where_the_consumer_stopped(store: Store) -> None:

@@ -25,7 +25,7 @@ def pgserver_bin_dir() -> Path:
     return Path(commands.POSTGRES_BIN_PATH)
 
 
-def _service_user() -> str | None:
+def service_user() -> str | None:
     """PostgreSQL refuses to run as root; pick (or make) an unprivileged user when we are root."""
     if os.geteuid() != 0:
         return None
@@ -57,7 +57,7 @@ class PgCluster:
         self.bin_dir = Path(bin_dir)
         self.port = port
         self.fsync = fsync
-        self.user = _service_user()
+        self.user = service_user()
         self.root = Path(tempfile.mkdtemp(prefix="arpg-"))
         self.data = self.root / "data"
         self.log = self.root / "server.log"
