@@ -31,7 +31,7 @@ from psycopg import pq, sql
 from agentreplay_core.stores import _sql
 from agentreplay_core.stores._backend import PendingStep
 from agentreplay_core.stores._pgconn import Conn
-from agentreplay_core.stores._pgrows import pg_micros
+from agentreplay_core.stores._pgrows import in_column_range, pg_micros
 
 #: rows an INSERT carries: the server stores one chunk while the client makes the next, and
 #: the last chunk is what the agent waits for after the last row is made (25 rows measured
@@ -144,11 +144,8 @@ def write_in_pipeline(conn: Conn, insert: bytes, rows: Iterable[PendingStep],
             pg.send_prepare(name, insert, param_types=_ARRAY_TYPES)
         pg.send_query_params(b"BEGIN", None)
         for chunk in chunks(rows):
-            try:
+            with in_column_range("step"):  # as the COPY path refuses it: not retried
                 arrays = step_arrays(chunk, zone)
-            except struct.error as exc:  # as the COPY path refuses it: not retried
-                raise psycopg.DataError(f"a step row has a value out of its column's range: "
-                                        f"{exc}") from exc
             if prepare:
                 pg.send_query_prepared(name, arrays, param_formats=_BINARY)
             else:

@@ -7,10 +7,12 @@ import functools
 import math
 import struct
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone, tzinfo
 from typing import Any
 from uuid import UUID
 
+import psycopg
 from psycopg.types.json import Jsonb
 
 from agentreplay_core.stores._backend import PendingStep
@@ -19,6 +21,7 @@ __all__ = [
     "MAX_VECTOR_DIMS",
     "binary_step_rows",
     "binary_vector_rows",
+    "in_column_range",
     "pg_micros",
     "step_values",
     "vector_binary",
@@ -29,6 +32,17 @@ MAX_VECTOR_DIMS = 16_000  # pgvector's limit for the `vector` type
 _FLOAT32_MAX = 3.4028234663852886e38
 _F32_MAX_BE = struct.pack(">f", _FLOAT32_MAX)
 _F32_MIN_BE = struct.pack(">f", -_FLOAT32_MAX)
+
+
+@contextmanager
+def in_column_range(what: str) -> Iterator[None]:
+    """Binary rows of `what` made inside: a value its column cannot hold (a step number beyond
+    int4) fails as the server would fail it, a `DataError`, which is not retried."""
+    try:
+        yield
+    except struct.error as exc:
+        raise psycopg.DataError(f"a {what} row has a value out of its column's range: {exc}"
+                                ) from exc
 
 
 def vector_text(vector: Sequence[float]) -> str | None:

@@ -9,7 +9,6 @@ one multi-row INSERT, and more as one binary COPY.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 from uuid import UUID
@@ -34,6 +33,7 @@ from agentreplay_core.stores._pgconn import Conn, PostgresPart, SessionLimits
 from agentreplay_core.stores._pgrows import (
     binary_step_rows,
     binary_vector_rows,
+    in_column_range,
     step_values,
     vector_binary,
 )
@@ -252,14 +252,10 @@ class PostgresWrites(PostgresPart):
 
 
 def _write_chunks(copy: psycopg.Copy, chunks: Iterator[bytearray], what: str) -> None:
-    """Send rendered binary COPY data. A value binary COPY cannot hold (a step number beyond
-    int4) fails as the server would fail it: a `DataError`, which is not retried."""
-    try:
+    """Send rendered binary COPY data (`in_column_range`)."""
+    with in_column_range(what):
         for chunk in chunks:
             copy.write(chunk)
-    except struct.error as exc:
-        raise psycopg.DataError(f"a {what} row has a value out of its column's range: {exc}"
-                                ) from exc
 
 
 def _run_values(run: Run) -> tuple[Any, ...]:
