@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 
 from agentreplay_core._store import Store
-from agentreplay_core.stores._open import open_store
+from agentreplay_core.stores._open import names_postgres, open_store
 
 app = typer.Typer(
     help="Record and replay LLM agent runs. Exit codes: 0 ok, 1 a check failed "
@@ -40,7 +40,7 @@ SchemaOption = Annotated[str, typer.Option("--schema", envvar="AGENTREPLAY_SCHEM
 def open_cli_store(dsn: str | None, schema: str = "agentreplay") -> Store:
     """The run store named by `--dsn` (or the embedded default), with a spinner while the
     embedded PostgreSQL starts."""
-    if dsn is None or dsn.startswith(("postgresql://", "postgres://")):
+    if dsn is None or names_postgres(dsn):
         with err.status("Opening the run store (starting the embedded PostgreSQL if "
                         "needed)..."):
             return open_store(dsn, schema=schema)

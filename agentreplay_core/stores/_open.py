@@ -20,6 +20,12 @@ _CONNINFO_RE = re.compile(
     r"connect_timeout|application_name|options|target_session_attrs)\s*=")
 
 
+def names_postgres(url: str) -> bool:
+    """Whether `url` names a PostgreSQL store: a `postgresql://` URL or libpq key=value pairs."""
+    return url.startswith(("postgresql://", "postgres://")) or (
+        not url.startswith(("file:", "memory:")) and _is_conninfo(url))
+
+
 def _is_conninfo(text: str) -> bool:
     """Whether `text` is a libpq key=value string (`host=db user=me`), not a path."""
     return "=" in text and ("dbname" in text or _CONNINFO_RE.match(text) is not None)
@@ -59,9 +65,7 @@ def open_store(url: str | os.PathLike[str] | None = None, **options: Any) -> Sto
         raise StoreError(
             f"unknown run store URL scheme {scheme.group(1)!r}: use postgresql://..., "
             "file:PATH (or a plain path) or memory:")
-    if text.startswith(("postgresql://", "postgres://")) or (
-        not text.startswith(("file:", "memory:")) and _is_conninfo(text)
-    ):
+    if names_postgres(text):
         try:
             from agentreplay_core.stores._postgres import PostgresBackend
         except ImportError as exc:

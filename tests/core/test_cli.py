@@ -9,6 +9,7 @@ from pathlib import Path
 
 import psycopg
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from agentreplay_core import open_store
 from tests.support.pgcluster import PgCluster
@@ -92,3 +93,14 @@ def test_verify_all_reports_progress_for_the_progress_bar() -> None:
     reports = store.verify_all(progress=lambda done, total: seen.append((done, total)))
     assert [r.ok for r in reports] == [True, True, True]
     assert seen == [(1, 3), (2, 3), (3, 3)]
+
+
+def test_schema_option_applies_to_a_key_value_dsn(pg_dsn: str, pg_schema: str) -> None:
+    """`--schema` reaches a libpq key=value DSN as it reaches a postgresql:// URL."""
+    with open_store(pg_dsn, schema=pg_schema) as store, store.record(name="kv") as rec:
+        rec.record("tool", "t", {}, 1)
+    pairs = make_conninfo("", **conninfo_to_dict(pg_dsn))
+    assert "=" in pairs and "://" not in pairs
+    listed = agentreplay("runs", "--dsn", pairs, "--schema", pg_schema)
+    assert listed.returncode == 0, listed.stderr
+    assert str(rec.run_id)[:8] in listed.stdout
