@@ -309,17 +309,26 @@ class SessionLimits:
 
     def error(self, exc: psycopg.Error, failed: str) -> DatabaseTimeout:
         """What to raise for a statement the server cancelled; `failed` says what failed."""
+        # behind a transaction pooler the limits are the role's, which the store cannot set
+        if self.pooled:
+            lock_limit, statement_limit = "the role's lock_timeout", "the role's statement_timeout"
+            lock_remedy = "give the role a longer one (ALTER ROLE ... SET lock_timeout)"
+            statement_remedy = "give the role a longer one (ALTER ROLE ... SET statement_timeout)"
+        else:
+            lock_limit = f"lock_timeout={self.lock_timeout:g}s"
+            statement_limit = f"write_statement_timeout={self.statement_timeout:g}s"
+            lock_remedy = "open the store with a longer lock_timeout="
+            statement_remedy = "open the store with a longer write_statement_timeout="
         if isinstance(exc, psycopg.errors.LockNotAvailable):
             return DatabaseTimeout(
-                f"{failed}: gave up after waiting lock_timeout={self.lock_timeout:g}s for a "
-                "lock that another session holds (a migration, VACUUM FULL or LOCK TABLE?), "
-                "and the server cancelled the statement. Find the holder in pg_locks and "
-                "pg_stat_activity, or open the store with a longer lock_timeout="
+                f"{failed}: gave up after waiting {lock_limit} for a lock that another "
+                "session holds (a migration, VACUUM FULL or LOCK TABLE?), and the server "
+                "cancelled the statement. Find the holder in pg_locks and pg_stat_activity, "
+                f"or {lock_remedy}"
             )
         reason = " ".join(str(exc).split())
         if "statement timeout" in reason:
-            reason = (f"it ran longer than write_statement_timeout={self.statement_timeout:g}s "
-                      "and the server cancelled it (server overloaded, disk stalled?); open the "
-                      "store with a longer write_statement_timeout= if such writes are "
-                      "legitimately slower")
+            reason = (f"it ran longer than {statement_limit} and the server cancelled it "
+                      f"(server overloaded, disk stalled?); {statement_remedy} if such writes "
+                      "are legitimately slower")
         return DatabaseTimeout(f"{failed}: {reason}")

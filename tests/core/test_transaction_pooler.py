@@ -15,6 +15,8 @@ import os
 import subprocess
 import sys
 import threading
+import time
+import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack
 from datetime import timedelta
@@ -23,9 +25,12 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from agentreplay_core import Store, StoreError, open_store
+from agentreplay_core.stores._pgconn import DatabaseTimeout
 from agentreplay_core.stores._postgres import PostgresBackend
+from tests.core.test_pg_timeouts import locked, step
 from tests.support.pgbouncer import PgBouncer
 
 #: steps of a run recorded at once: one statement, one pipelined group, COPY batches
@@ -177,6 +182,38 @@ def test_the_store_leaves_no_timeout_on_server_sessions_others_borrow(
         assert ("7s 3s",) in seen
     else:
         assert seen == {("0 0",)}
+
+
+def test_the_role_s_lock_timeout_bounds_a_write_behind_the_pooler(
+        pg_dsn: str, pg_schema: str) -> None:
+    """What the README advises in place of the session timeouts: the role's own. A write
+    behind another session's table lock fails within it, and the error names the role's
+    setting, not the store's option that has no effect here."""
+    role = f"pooled_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE ROLE {r} LOGIN; GRANT CREATE ON DATABASE {d} TO {r}; "
+                              "ALTER ROLE {r} SET lock_timeout = '400ms'").format(
+            r=sql.Identifier(role), d=sql.Identifier(admin.info.dbname)))
+    try:
+        with PgBouncer(pg_dsn, user=role) as pooler, \
+                open_store(pooler.dsn, schema=pg_schema, pooler="transaction") as store:
+            run_id = _record(store, "locked", 3)
+            backend = store.backend
+            assert isinstance(backend, PostgresBackend)
+            with locked(pg_dsn, pg_schema, "runs", "run_log"):
+                started = time.monotonic()
+                with pytest.raises(DatabaseTimeout) as caught:
+                    backend.append([step(run_id, 4)])
+                waited = time.monotonic() - started
+            assert 0.3 < waited < 3.0
+            assert "the role's lock_timeout" in str(caught.value)
+            assert "ALTER ROLE" in str(caught.value) and "lock_timeout=" not in str(caught.value)
+            backend.append([step(run_id, 4)])  # the lock gone, the same write lands
+            assert [s.step for s in store.load_steps(run_id)] == [1, 2, 3, 4]
+    finally:
+        with psycopg.connect(pg_dsn, autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP OWNED BY {r}; DROP ROLE {r}").format(
+                r=sql.Identifier(role)))
 
 
 def test_pooler_option_names_the_modes(bouncer: PgBouncer, pg_schema: str,

@@ -40,10 +40,13 @@ def _quoted(value: str) -> str:
 
 
 class PgBouncer:
-    """pgbouncer with `pool_mode = transaction` in front of the server `target_dsn` names."""
+    """pgbouncer with `pool_mode = transaction` in front of the server `target_dsn` names,
+    logging in there as `user` (default: the DSN's)."""
 
-    def __init__(self, target_dsn: str, *, pool_size: int = 2) -> None:
+    def __init__(self, target_dsn: str, *, pool_size: int = 2, user: str | None = None) -> None:
         params = conninfo_to_dict(target_dsn)
+        if user is not None:
+            params["user"] = user
         self.dbname = str(params.get("dbname") or "postgres")
         self.user = str(params.get("user") or "postgres")
         server = " ".join(f"{key}={_quoted(str(params[key]))}"
