@@ -231,13 +231,15 @@ def test_pooler_option_names_the_modes(bouncer: PgBouncer, pg_schema: str,
 
 
 def test_the_cli_reads_through_the_pooler(bouncer: PgBouncer, pg_schema: str) -> None:
-    """`AGENTREPLAY_POOLER` reaches the CLI's store: `runs` and `verify` in a new process."""
+    """`AGENTREPLAY_POOLER` reaches the CLI's store: `runs`, `verify` and `db status` in a
+    new process."""
     with open_store(bouncer.dsn, schema=pg_schema, pooler="transaction") as store:
         run_id = _record(store, "cli", 100)
     env = {**os.environ, "AGENTREPLAY_DSN": bouncer.dsn, "AGENTREPLAY_SCHEMA": pg_schema,
            "AGENTREPLAY_POOLER": "transaction"}
-    for args in (["verify", str(run_id)], ["runs"]):
+    for args, shows in ((["verify", str(run_id)], str(run_id)[:8]),
+                        (["runs"], str(run_id)[:8]), (["db", "status"], "0001")):
         done = subprocess.run([sys.executable, "-m", "agentreplay_core", *args], env=env,
                               capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
-        assert str(run_id)[:8] in done.stdout
+        assert shows in done.stdout
