@@ -73,17 +73,17 @@ def session_from_env(environ: Mapping[str, str] | None = None) -> Session | None
 
 
 def _open_env_store(env: Mapping[str, str]) -> Store:
-    """The store `env` names (its DSN and schema, not necessarily `os.environ`'s)."""
-    from agentreplay_core.stores._open import open_store
+    """The store `env` names (its DSN, schema and pooler, not necessarily `os.environ`'s)."""
+    from agentreplay_core.stores._open import names_postgres, open_store
 
     url = env.get("AGENTREPLAY_DSN") or None
     if url is None:
         from agentreplay_core.stores._embedded import embedded_dsn
 
         url = embedded_dsn()
-    if url.startswith(("postgresql://", "postgres://")) or (
-            "=" in url and "dbname" in url and not url.startswith(("file:", "memory:"))):
-        return open_store(url, schema=env.get("AGENTREPLAY_SCHEMA") or "agentreplay")
+    if names_postgres(url):
+        return open_store(url, schema=env.get("AGENTREPLAY_SCHEMA") or "agentreplay",
+                          pooler=env.get("AGENTREPLAY_POOLER") or None)
     return open_store(url)
 
 

@@ -27,7 +27,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from agentreplay_core import Store, StoreError, open_store
+from agentreplay_core import Store, StoreError, open_store, session_from_env
 from agentreplay_core.stores._pgconn import DatabaseTimeout
 from agentreplay_core.stores._postgres import PostgresBackend
 from tests.core.test_pg_timeouts import locked, step
@@ -228,6 +228,26 @@ def test_pooler_option_names_the_modes(bouncer: PgBouncer, pg_schema: str,
             backend = store.backend
             assert isinstance(backend, PostgresBackend)
             assert backend.limits.pooled is pooled
+
+
+def test_an_environment_session_reads_the_pooler_from_its_mapping(
+        bouncer: PgBouncer, pg_schema: str) -> None:
+    """`AGENTREPLAY_MODE=record` programs: the pooler comes from the mapping, as the DSN and
+    schema do, and the run lands through PgBouncer."""
+    session = session_from_env({"AGENTREPLAY_MODE": "record", "AGENTREPLAY_DSN": bouncer.dsn,
+                                "AGENTREPLAY_SCHEMA": pg_schema,
+                                "AGENTREPLAY_POOLER": "transaction"})
+    assert session is not None and session.store is not None
+    backend = session.store.backend
+    assert isinstance(backend, PostgresBackend) and backend.limits.pooled
+    with session:
+        for n in range(100):
+            session.call("tool", "t", {"n": n}, lambda n=n: n * n)
+    assert session.run_id is not None
+    with open_store(bouncer.dsn, schema=pg_schema, pooler="transaction") as store:
+        assert store.verify(session.run_id).ok
+        assert [s.output for s in store.load_steps(session.run_id)] == [
+            n * n for n in range(100)]
 
 
 def test_the_cli_reads_through_the_pooler(bouncer: PgBouncer, pg_schema: str) -> None:
