@@ -83,7 +83,7 @@ def _open_env_store(env: Mapping[str, str]) -> Store:
         url = embedded_dsn()
     if names_postgres(url):
         return open_store(url, schema=env.get("AGENTREPLAY_SCHEMA") or "agentreplay",
-                          pooler=env.get("AGENTREPLAY_POOLER") or None)
+                          pooler=env.get("AGENTREPLAY_POOLER"))
     return open_store(url)
 
 

@@ -73,7 +73,7 @@ def open_store(url: str | os.PathLike[str] | None = None, **options: Any) -> Sto
                 f"PostgreSQL support is not installed ({exc.name} missing): "
                 'pip install "agentreplay[postgres]"') from None
         options.setdefault("schema", os.environ.get(SCHEMA_ENV, "agentreplay"))
-        options.setdefault("pooler", os.environ.get(POOLER_ENV) or None)
+        options.setdefault("pooler", os.environ.get(POOLER_ENV))
         return Store(PostgresBackend(text, **options), **store_options)
     if options:
         raise TypeError(f"unexpected options for {text}: {', '.join(options)}")

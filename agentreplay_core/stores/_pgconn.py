@@ -274,7 +274,8 @@ POOLERS = (None, "session", "transaction")
 
 
 def transaction_pooled(pooler: str | None) -> bool:
-    """Whether `pooler` (`POOLERS`) lends a server session only for a transaction."""
+    """Whether `pooler` (`POOLERS`) lends a server session only for a transaction; "" (an
+    empty `AGENTREPLAY_POOLER`) is None."""
     if pooler == "":
         pooler = None
     if pooler not in POOLERS:

@@ -222,8 +222,10 @@ def test_pooler_option_names_the_modes(bouncer: PgBouncer, pg_schema: str,
         open_store(bouncer.dsn, schema=pg_schema, pooler="statement")
     with pytest.raises(ValueError, match="pooler must be None, 'session' or 'transaction'"):
         open_store(bouncer.dsn, schema=pg_schema, pooler="transactions")
-    monkeypatch.setenv("AGENTREPLAY_POOLER", "transaction")
-    for options, pooled in (({}, True), ({"pooler": "session"}, False)):
+    for variable, options, pooled in (("transaction", {}, True),
+                                      ("transaction", {"pooler": "session"}, False),
+                                      ("", {}, False)):  # set but empty: as unset
+        monkeypatch.setenv("AGENTREPLAY_POOLER", variable)
         with open_store(bouncer.dsn, schema=pg_schema, **options) as store:
             backend = store.backend
             assert isinstance(backend, PostgresBackend)
