@@ -65,6 +65,11 @@ SEED_FACTOR = 20.0
 #: calling thread itself spends, without the writer's work that the GIL puts on its clock
 HELD = "RecordingCallbackHandler, writer held"
 HELD_LI = "instrument(recorder), writer held"
+#: the handler on a recorder whose `record` does nothing: the adapter's own bookkeeping
+#: (run tree, request and answer dumped from LangChain's or LlamaIndex's objects), the floor
+#: under any recorder, however fast
+NOTHING = "RecordingCallbackHandler, nothing recorded"
+NOTHING_LI = "instrument(recorder), nothing recorded"
 DURABLE = "RecordingCallbackHandler, until durable"
 DURABLE_LI = "instrument(recorder), until durable"
 #: the same recording into a store opened with `prepare="process"`: a helper process
@@ -96,6 +101,12 @@ def writer_held(store: Store) -> Iterator[None]:
         yield
     finally:
         writer.linger, writer.max_batch = linger, max_batch
+
+
+def records_nothing(rec: Recorder) -> Recorder:
+    """`rec`, whose `record` from now on returns at once (a diagnosis: see `NOTHING`)."""
+    vars(rec)["record"] = lambda *args, **kwargs: None
+    return rec
 
 
 #: a block's calls: the function to call and the prompts to call it with, new each block
@@ -130,8 +141,11 @@ def _block(rec: Recorder, store: Store, workload: Workload, how: str,
 def _langchain(bench: Bench, store: Store, helped: Store) -> dict[str, Sample]:
     calls = bench.size(50, BLOCK)
     with store.record(name="langchain-caller") as rec, \
-            helped.record(name="langchain-caller, prepare=process") as other:
+            helped.record(name="langchain-caller, prepare=process") as other, \
+            store.record(name="langchain-caller, nothing recorded") as idle:
         handler: RunnableConfig = {"callbacks": [RecordingCallbackHandler(rec)]}
+        bookkeeping: RunnableConfig = {
+            "callbacks": [RecordingCallbackHandler(records_nothing(idle))]}
         process: RunnableConfig = {"callbacks": [RecordingCallbackHandler(other)]}
         no_op: RunnableConfig = {"callbacks": [NoOpHandler()]}
         configs: dict[str, tuple[RunnableConfig | None, str, Recorder, bool]] = {
@@ -139,6 +153,7 @@ def _langchain(bench: Bench, store: Store, helped: Store) -> dict[str, Sample]:
             "no-op handler": (no_op, "", rec, False),
             "RecordingCallbackHandler": (handler, "", rec, False),
             HELD: (handler, "held", rec, False),
+            NOTHING: (bookkeeping, "", rec, False),
             DURABLE: (handler, "durable", rec, False),
             PROCESS: (process, "", other, False),
             PROCESS_DURABLE: (process, "durable", other, False),
@@ -165,13 +180,16 @@ def _llamaindex(bench: Bench, store: Store, helped: Store) -> dict[str, Sample]:
     llm = MockLLM(max_tokens=ANSWER_CHARS // 5)  # "text " repeated: the answer's size
     waiting = WaitingMockLLM(max_tokens=ANSWER_CHARS // 5)
     with store.record(name="llamaindex-caller") as rec, \
-            helped.record(name="llamaindex-caller, prepare=process") as other:
+            helped.record(name="llamaindex-caller, prepare=process") as other, \
+            store.record(name="llamaindex-caller, nothing recorded") as idle:
+        records_nothing(idle)
         attach: dict[str, tuple[Callable[[], AbstractContextManager[Any]], str, Recorder,
                                 MockLLM]] = {
             "no handler": (nullcontext, "", rec, llm),
             "no-op handlers": (no_op_handlers, "", rec, llm),
             "instrument(recorder)": (lambda: instrument(rec), "", rec, llm),
             HELD_LI: (lambda: instrument(rec), "held", rec, llm),
+            NOTHING_LI: (lambda: instrument(idle), "", rec, llm),
             DURABLE_LI: (lambda: instrument(rec), "durable", rec, llm),
             PROCESS_LI: (lambda: instrument(other), "", other, llm),
             PROCESS_DURABLE_LI: (lambda: instrument(other), "durable", other, llm),
@@ -271,6 +289,12 @@ def run(bench: Bench) -> list[Target]:
                       "the writer thread's"),
         Target("LlamaIndex: the adapter's own cost, writer held, vs no-op handlers "
                "(documented)", ratio(li[HELD_LI], li["no-op handlers"]), None),
+        Target("LangChain: the handler with nothing recorded vs no-op handler (documented)",
+               ratio(lc[NOTHING], lc["no-op handler"]), None,
+               detail="its bookkeeping alone, on a recorder whose record does nothing: the "
+                      "floor under any recorder"),
+        Target("LlamaIndex: the adapter with nothing recorded vs no-op handlers (documented)",
+               ratio(li[NOTHING_LI], li["no-op handlers"]), None),
         Target("LangChain: invoke until durable (the block plus its flush) vs no-op handler "
                "(documented)", ratio(lc[DURABLE], lc["no-op handler"]), None,
                detail="all of the writer's work on the block's rows is inside the time"),

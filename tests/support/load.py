@@ -35,6 +35,7 @@ from types import TracebackType
 from typing import Any
 
 from agentreplay_core import RunStatus, SpoolFlushError, Store, VerifyReport, open_store
+from agentreplay_core._plural import counted
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = "gpt-load-1"
@@ -396,7 +397,7 @@ def audit(result: LoadResult, store: Store, dsn: str, schema: str, *,
         if stats["pending"] or stats["internal_errors"] or stats["unencodable"]:
             problems.append(f"run {rid}: recorder stats {stats}")
         if stats["lost"] and not losses_allowed:
-            problems.append(f"run {rid}: {stats['lost']} step(s) lost")
+            problems.append(f"run {rid}: {counted(stats['lost'], 'step')} lost")
         if len(missing) != stats["lost"] or len(have) + len(missing) != steps:
             problems.append(f"run {rid}: recorded {steps} steps, counted {stats['lost']} lost, "
                             f"but {len(missing)} are missing and {len(have)} stored")
