@@ -138,9 +138,9 @@ def _print_run(run: Run, steps: list[Step]) -> None:
         lines.append(f"forked from {run.parent_run_id} at step {run.fork_step}")
     console.print(head)
     console.print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)
-    columns = [Column("step", justify="right"), Column("kind", 10), Column("name", 20),
-               Column("path", 24), Column("ms", justify="right"), Column("input", None),
-               Column("output", None)]
+    columns = [Column("step", justify="right"), Column("kind", 10),
+               Column("name", 20, floor=10), Column("path", 24, floor=10),
+               Column("ms", justify="right"), Column("input", None), Column("output", None)]
     width = max(20, console.width)  # summarize as far as the widest cell could show
     rows: list[list[str | Text]] = [[str(s.step), s.kind, s.name, s.path, f"{s.duration_ms:.1f}",
              _one_line(s.input, width), _one_line(s.output, width, error=s.is_error)]

@@ -22,6 +22,9 @@ class Column:
     header: str
     cap: int | None = 40
     justify: Literal["left", "right"] = "left"
+    #: a capped column may narrow down to this many characters when the table does not fit;
+    #: None: never (ids, numbers, kinds are no use cut)
+    floor: int | None = None
 
 
 def fitted_table(columns: Sequence[Column], rows: Sequence[Sequence[str | Text]],
@@ -34,6 +37,7 @@ def fitted_table(columns: Sequence[Column], rows: Sequence[Sequence[str | Text]]
     widths = [n if col.cap is None else min(n, max(col.cap, len(col.header)))
               for n, col in zip(natural, columns, strict=True)]
     flexible = [i for i, col in enumerate(columns) if col.cap is None]
+    _narrow(columns, widths, width - _GAP * (len(columns) - 1) - _MIN_FLEX * len(flexible))
     if flexible:
         fixed = sum(w for i, w in enumerate(widths) if i not in flexible)
         room = max(width - fixed - _GAP * (len(columns) - 1), _MIN_FLEX * len(flexible))
@@ -48,3 +52,19 @@ def fitted_table(columns: Sequence[Column], rows: Sequence[Sequence[str | Text]]
             cell.truncate(w, overflow="ellipsis")
         table.add_row(*row)
     return table
+
+
+def _narrow(columns: Sequence[Column], widths: list[int], room: int) -> None:
+    """Narrow the columns that have a floor, widest first, until the capped columns fit in
+    `room` (rich would otherwise shrink every column, ids and kinds too, to fit the width)."""
+    shrinkable = [i for i, col in enumerate(columns)
+                  if col.cap is not None and col.floor is not None]
+    over = sum(w for i, w in enumerate(widths) if columns[i].cap is not None) - room
+    while over > 0:
+        open_ = [i for i in shrinkable
+                 if widths[i] > max(columns[i].floor or 0, len(columns[i].header))]
+        if not open_:
+            return
+        widest = max(open_, key=lambda i: widths[i])
+        widths[widest] -= 1
+        over -= 1

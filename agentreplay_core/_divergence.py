@@ -86,3 +86,28 @@ def missing_calls(run_id: UUID, missing: Sequence[Step]) -> ReplayDivergence:
                 f"{'was' if len(missing) == 1 else 'were'} never replayed: {listing}{more}; "
                 "pass allow_unused=True if that is expected"),
     )
+
+
+
+_CAUGHT = ("caught by the replayed code (a tool error handler such as "
+           "ToolNode(handle_tool_errors=True), a try/except)")
+
+
+def _copy(d: ReplayDivergence, detail: str) -> ReplayDivergence:
+    return ReplayDivergence(
+        run_id=d.run_id, step=d.step, kind=d.kind, name=d.name,
+        classification=d.classification, expected=d.expected, actual=d.actual, diff=d.diff,
+        candidates=d.candidates, detail=f"{d.detail}\n{detail}" if d.detail else detail)
+
+
+def raised_again(first: ReplayDivergence, unused: ReplayDivergence) -> ReplayDivergence:
+    """The replay's first divergence, raised again at its end in place of `unused` (the
+    `missing_call` it likely left): the replayed code caught it."""
+    return _copy(first, f"this divergence was raised earlier and {_CAUGHT}; the replay went "
+                        f"on, and at its end {unused.detail}")
+
+
+def after_caught(later: ReplayDivergence, first: ReplayDivergence) -> ReplayDivergence:
+    """A divergence that came after one the replayed code caught, which is likely its cause."""
+    quoted = "\n".join("  " + line for line in str(first).splitlines())
+    return _copy(later, f"an earlier divergence, {_CAUGHT}, is likely the cause:\n{quoted}")

@@ -54,6 +54,10 @@ DEFAULT_SKIP_MODULES: tuple[str, ...] = (
     # make depends on which callbacks are attached, not on the agent
     "langchain_core.callbacks", "langchain_core.tracers", "langchain_core.utils.uuid",
     "langsmith", "langgraph.checkpoint", "langgraph.pregel",
+    "llama_index.core.callbacks", "llama_index.core.instrumentation",
+    "llama_index_instrumentation", "workflows",
+    # model providers' clients (idempotency keys, retry jitter): their answers are recorded
+    "openai", "anthropic", "google.genai", "mistralai", "cohere", "groq", "ollama", "botocore",
     # agentreplay's own machinery (run ids, retries, spooling), but not `call()`'s target or
     # the demo agent, which are user code
     "agentreplay_core._store", "agentreplay_core._writer", "agentreplay_core._sink",

@@ -9,7 +9,7 @@ from typing import Any, Literal
 from uuid import UUID
 
 from agentreplay_core._codec import canonical_bytes, decode, encode
-from agentreplay_core._divergence import divergence, missing_calls
+from agentreplay_core._divergence import after_caught, divergence, missing_calls, raised_again
 from agentreplay_core._errors import ReplayDivergence, ReplayedCancellation, SerializationError
 from agentreplay_core._keys import (
     clean_label,
@@ -38,6 +38,15 @@ def check_match_mode(value: str) -> MatchMode:
     if value not in MATCH_MODES:
         raise ValueError(f"match must be one of {', '.join(MATCH_MODES)}, not {value!r}")
     return value  # type: ignore[return-value]
+
+
+def checked_player(player: object, stand_in: str) -> Player:
+    """`player`, if it is one: a replay stand-in built without one would fail at its first
+    call with an AttributeError that names nothing."""
+    if not isinstance(player, Player):
+        raise TypeError(f"{stand_in} needs the Player of a replay (`with store.replay(run_id) "
+                        f"as player:`), not {type(player).__name__}")
+    return player
 
 
 class Player:
@@ -73,6 +82,10 @@ class Player:
         # A lock of its own: starting the fork records, and recording may ask the player
         # (entropy), which takes the matching lock.
         self._fork_lock = threading.RLock()
+        #: the first divergence raised to the replayed code and not yet answered by a fork.
+        #: Code that catches it (a tool error handler, a try/except) must not turn it into a
+        #: vaguer one: later divergences quote it, and `check_all_consumed` raises it again.
+        self.diverged: ReplayDivergence | None = None
 
     @property
     def run_id(self) -> UUID:
@@ -98,6 +111,7 @@ class Player:
         path: str | None = None,
         match_key: str | None = None,
         live: Callable[[], Any] | None = None,
+        tentative: bool = False,
     ) -> Any:
         """The recorded result for this call; raises the recorded error or `ReplayDivergence`.
 
@@ -106,21 +120,28 @@ class Player:
         the replay was opened with `on_divergence="live"`: from the first divergence on, calls
         with `live` go live and are recorded into a forked run (`player.fork.run_id`) whose
         parent is this run; calls without it are still served from the recording.
+
+        A divergence the replayed code catches is quoted by every later divergence, and raised
+        again at the end in place of the `missing_call` it leaves. `tentative=True` asks
+        without that: for a backend that tries one form of a request and then another, the
+        first miss is no divergence yet.
         """
-        target = self._step_or_fork(kind, name, request, path, match_key, live)
+        target = self._step_or_fork(kind, name, request, path, match_key, live, tentative)
         if isinstance(target, Recorder):
             assert live is not None
             return target.call(kind, name, request, live, path=path, match_key=match_key)
         return self.result_of(target)
 
     def _step_or_fork(self, kind: str, name: str, request: Any, path: str | None,
-                      match_key: str | None, live: object) -> Step | Recorder:
+                      match_key: str | None, live: object, tentative: bool = False
+                      ) -> Step | Recorder:
         """The recorded step of this call, or the forked run's recorder when the call goes
         live (it has a `live` counterpart and the replay has forked, or forks here)."""
         if live is not None and self.fork is not None:
             return self.fork
         try:
-            return self.next_step(kind, name, request, path=path, match_key=match_key)
+            return self.next_step(kind, name, request, path=path, match_key=match_key,
+                                  tentative=tentative)
         except ReplayDivergence as diverged:
             if live is None or self.fork_starter is None:
                 raise
@@ -155,11 +176,13 @@ class Player:
                     for step in self._served[len(served):]:
                         fork.copy_step(step)
                     self.fork = fork
+                    self.diverged = None  # answered: the replay went on live
             return self.fork
 
     def next_step(self, kind: str, name: str, request: Any, *, path: str | None = None,
-                  match_key: str | None = None) -> Step:
-        """The matching recorded step itself (consumed), for backends that need its metadata."""
+                  match_key: str | None = None, tentative: bool = False) -> Step:
+        """The matching recorded step itself (consumed), for backends that need its metadata;
+        `tentative` as in `next`."""
         if type(kind) is not str or kind not in _CHECKED_KINDS:
             kind = check_kind(kind)
             if len(_CHECKED_KINDS) < 256:
@@ -180,7 +203,8 @@ class Player:
             if step is None:
                 # built by a call: an exception held in a local here would keep this frame
                 # (and what it references) alive in a cycle after it is raised
-                raise self._divergence(kind, name, request, key, path, expected_next, redacted)
+                raise self._divergence(kind, name, request, key, path, expected_next, redacted,
+                                       tentative)
             self._consume(step)
             self._served.append(step)
             fork = self.fork
@@ -189,7 +213,8 @@ class Player:
         return step
 
     def _divergence(self, kind: str, name: str, request: Any, key: str, path: str,
-                    expected_next: Step | None, redacted: Any) -> ReplayDivergence:
+                    expected_next: Step | None, redacted: Any, tentative: bool
+                    ) -> ReplayDivergence:
         pending = self.unconsumed()
         diverged = divergence(
             run_id=self.run_id, kind=kind, name=name, request=request, key=key, path=path,
@@ -198,7 +223,14 @@ class Player:
         if redacted is not None:  # secrets in the request: say if a key mismatch is likely
             add_key_hint(diverged, redacted,
                          [s for s in pending if s.kind == kind and s.name == name])
-        return diverged
+        if tentative:
+            return diverged
+        if self.diverged is None:
+            self.diverged = diverged
+            return diverged
+        later = after_caught(diverged, self.diverged)
+        later.__cause__ = self.diverged  # its traceback shows where the replayed code was
+        return later
 
     def _redacted_key(self, kind: str, name: str, request: Any, match_key: str | None
                       ) -> tuple[str, Any]:
@@ -239,11 +271,12 @@ class Player:
         path: str | None = None,
         match_key: str | None = None,
         live: Callable[[], Awaitable[Any]] | None = None,
+        tentative: bool = False,
     ) -> Any:
         """`next` for async code. A call that was cancelled while recording (a timeout cut it
         short) never completes here either, so the caller's same timeout fires again. `live`
         is awaited instead of the recording from the first divergence on, as with `next`."""
-        target = self._step_or_fork(kind, name, request, path, match_key, live)
+        target = self._step_or_fork(kind, name, request, path, match_key, live, tentative)
         if isinstance(target, Recorder):
             assert live is not None
             return await target.acall(kind, name, request, live, path=path, match_key=match_key)
@@ -306,7 +339,12 @@ class Player:
                 consumed.add(inner.step)
 
     def check_all_consumed(self) -> None:
-        """Raise `ReplayDivergence(missing_call)` if recorded steps were never asked for."""
+        """Raise `ReplayDivergence(missing_call)` if recorded steps were never asked for, or,
+        if the replayed code caught a divergence (the likely reason), that one again."""
         missing = self.unconsumed()
         if missing:
-            raise missing_calls(self.run_id, missing)
+            unused = missing_calls(self.run_id, missing)
+            first = self.diverged
+            if first is None:
+                raise unused
+            raise raised_again(first, unused) from first

@@ -90,7 +90,9 @@ class Session:
         if self.mode == Mode.REPLAY and not run_id:
             raise ValueError("a replay session needs the id of the run to replay")
         self.store = store
-        self.run_id = UUID(str(run_id)) if run_id else None
+        #: a replay may name its run by a unique prefix, resolved when the session opens
+        self._asked_run = run_id
+        self.run_id = _whole_run_id(run_id, self.mode)
         self.name = name
         self.metadata = dict(metadata or {})
         self.tags = list(tags)
@@ -105,7 +107,7 @@ class Session:
         self._token: Token[Session | None] | None = None
 
     def __repr__(self) -> str:
-        return f"<Session {self.mode.value} run={self.run_id}>"
+        return f"<Session {self.mode.value} run={self.run_id or self._asked_run}>"
 
     @property
     def target(self) -> Recorder | Player | None:
@@ -134,9 +136,10 @@ class Session:
                     durability=self.durability, entropy=self.entropy, run_id=self.run_id))
                 self.run_id = self.recorder.run_id
             elif self.mode == Mode.REPLAY:
-                assert self.store is not None and self.run_id is not None
+                assert self.store is not None and self._asked_run
                 self.player = stack.enter_context(
-                    self.store.replay(self.run_id, **self.replay_options))
+                    self.store.replay(self.run_id or self._asked_run, **self.replay_options))
+                self.run_id = self.player.run_id
             if self.instrument and self.mode != Mode.OFF:
                 for hook in list(_hooks):
                     attached = hook(self)
@@ -259,3 +262,16 @@ def active_session() -> Session | None:
     if session is None or session.mode == Mode.OFF:
         return None
     return session
+
+
+def _whole_run_id(run_id: UUID | str | None, mode: Mode) -> UUID | None:
+    """`run_id` as a UUID; None for none, or for a replay's prefix (resolved at open)."""
+    if not run_id:
+        return None
+    try:
+        return UUID(str(run_id))
+    except ValueError:
+        if mode == Mode.REPLAY:
+            return None
+        raise ValueError(f"run id {str(run_id)!r} is not a UUID: a new run needs a whole "
+                         "one (only a replay can name its run by a prefix)") from None

@@ -233,8 +233,10 @@ class _TestRecording:
             return None
         try:
             player.check_all_consumed()
-        except Exception as exc:  # ReplayDivergence(missing_call), naming the steps
-            return f"{exc}\n{cassette.unused_hint(self.nodeid)}"
+        except Exception as exc:  # ReplayDivergence naming the steps, or one the test caught
+            hint = cassette.unused_hint(self.nodeid) if player.diverged is None \
+                else self.divergence_hint()
+            return f"{exc}\n{hint}"
         return None
 
     def divergence_hint(self) -> str:

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 from langchain_core.embeddings import Embeddings
 
 from agentreplay_core import Player, Recorder
+from agentreplay_core._player import checked_player
 from agentreplay_core._recorded_errors import error_to_record
 from agentreplay_langchain._requests import embedding_request
 
@@ -101,7 +102,7 @@ class ReplayEmbeddings(Embeddings):
 
     def __init__(self, player: Player, *, name: str = EMBEDDINGS,
                  live: Embeddings | None = None) -> None:
-        self.player = player
+        self.player = checked_player(player, "ReplayEmbeddings")
         self.name = name
         self.live = live
 

@@ -16,6 +16,7 @@ import orjson
 
 from agentreplay_core import Recorder, SerializationError, encode
 from agentreplay_core._recorded_errors import error_to_record
+from agentreplay_core._stable_repr import stable_repr
 from agentreplay_langchain._convert import dump
 from agentreplay_langchain._requests import (
     chat_request,
@@ -65,7 +66,7 @@ def _plain(value: Any) -> Any:
     try:
         encode(value)
     except SerializationError:
-        return repr(value)
+        return stable_repr(value)
     return value
 
 
@@ -132,13 +133,23 @@ class RecordingCallbackHandler(RunTreeTracker):
                   if key != "tools"}  # the tools are in the request already
         meta = metadata or {}
         ident = (serialized or {}).get("id")
-        return cast(dict[str, Any], _plain({
+        info: dict[str, Any] = {
             "class": ".".join(ident) if isinstance(ident, list) else None,
             "ls_provider": meta.get("ls_provider"),
             "ls_model_name": meta.get("ls_model_name"),
             "invocation_params": params,
             "options": kwargs.get("options") or {},
-        }))
+        }
+        kept: object = _plain(info)
+        if kept is not info:
+            # one parameter the store cannot take (a client object) is kept as its repr, not
+            # the whole description
+            info["invocation_params"] = {key: _plain(value) for key, value in params.items()}
+            options = info["options"]
+            info["options"] = {key: _plain(value) for key, value in options.items()} \
+                if isinstance(options, dict) else options
+            info = {key: _plain(value) for key, value in info.items()}
+        return info
 
     @_guarded
     def on_chat_model_start(self, serialized: dict[str, Any], messages: Any, *, run_id: UUID,

@@ -13,6 +13,8 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, ChatMessage, ToolMessage
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
+from agentreplay_core._stable_repr import stable_repr
+
 
 def _same(value: Any) -> Any:
     return value
@@ -55,7 +57,7 @@ def tool_view(tool: Any) -> Any:
     try:
         function = convert_to_openai_tool(tool).get("function", {})
     except Exception:
-        return copy.deepcopy(tool) if isinstance(tool, dict) else repr(tool)
+        return copy.deepcopy(tool) if isinstance(tool, dict) else stable_repr(tool)
     return {"name": function.get("name"), "description": function.get("description", ""),
             "parameters": copy.deepcopy(function.get("parameters", {}))}
 

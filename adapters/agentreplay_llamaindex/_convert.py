@@ -18,6 +18,7 @@ from llama_index.core.tools import ToolOutput, ToolSelection
 
 from agentreplay_core import Redactor, SerializationError, encode, match_key, strip_volatile
 from agentreplay_core._keys import DEFAULT_VOLATILE_KEYS, match_key_of_encoded
+from agentreplay_core._stable_repr import stable_repr
 from agentreplay_llamaindex._compat import is_workflow_context
 
 #: the LLM metadata a replay needs: it decides chat vs completion, how many calls a RAG
@@ -41,7 +42,7 @@ def encodable(value: Any) -> Any:
     try:
         encode(value, path="value")
     except SerializationError:
-        return {"unencodable_repr": repr(value)[:2000]}
+        return {"unencodable_repr": stable_repr(value)[:2000]}
     return value
 
 
@@ -126,7 +127,7 @@ def tool_name_of(spec: Any) -> str:
             return str(function["name"])
         if isinstance(spec.get("name"), str):
             return str(spec["name"])
-    return repr(spec)[:200]
+    return stable_repr(spec)[:200]
 
 
 def llm_kwargs(kwargs: Mapping[str, Any]) -> dict[str, Any]:

@@ -62,9 +62,15 @@ class LlmCall:
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
+def llm_step_name(model_name: object, instance: Any) -> str:
+    """The name an LLM's steps are recorded under: its model name, or its class name when it
+    has none (LlamaIndex's default is "unknown")."""
+    return str(model_name) if model_name and model_name != "unknown" \
+        else type(instance).__name__
+
+
 def _name_of(metadata: dict[str, Any], instance: Any) -> str:
-    name = metadata.get("model_name")
-    return str(name) if name and name != "unknown" else type(instance).__name__
+    return llm_step_name(metadata.get("model_name"), instance)
 
 
 def _tool_calls(instance: Any, response: Any) -> list[dict[str, Any]] | None:

@@ -5,7 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from agentreplay_core import Player, decode
+from agentreplay_core._player import checked_player
 from agentreplay_llamaindex._convert import is_legacy_request
+
+_STAND_INS = {"llm": "ReplayLLM", "embedding": "ReplayEmbedding",
+              "retriever": "ReplayRetriever", "rerank": "ReplayReranker"}
 
 
 def recorded_names(player: Player, kind: str) -> list[str]:
@@ -14,6 +18,7 @@ def recorded_names(player: Player, kind: str) -> list[str]:
 
 def recorded_name(player: Player, kind: str, name: str | None) -> str:
     """`name`, or the only name the recording holds for `kind`."""
+    checked_player(player, _STAND_INS.get(kind, f"a replay {kind} stand-in"))
     if name is not None:
         return name
     names = recorded_names(player, kind)

@@ -10,9 +10,13 @@ which record nothing: those return after a dict lookup (events) or one tree upda
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
+import time
 from collections.abc import Callable
+from contextvars import Token
+from datetime import datetime, timezone
 from typing import Any
 
 from llama_index.core.instrumentation.events import BaseEvent
@@ -30,7 +34,7 @@ from llama_index.core.instrumentation.events.rerank import ReRankEndEvent, ReRan
 from llama_index.core.instrumentation.events.retrieval import RetrievalEndEvent
 
 from agentreplay_core import Recorder
-from agentreplay_core._keys import join_path
+from agentreplay_core._keys import _current_path, join_path
 from agentreplay_core._recorded_errors import error_to_record
 from agentreplay_llamaindex._convert import (
     nodes_json,
@@ -44,6 +48,12 @@ from agentreplay_llamaindex._tree import EMBEDDING_ENTRY_POINTS, SpanInfo, SpanT
 log = logging.getLogger("agentreplay.llamaindex")
 
 Route = Callable[["RecordingSession", Any], None]
+
+#: spans whose result is replayed whole: while one runs, the core's current path is its path,
+#: so what is recorded inside it (a model's own clock, ids or random reads with
+#: `entropy=True`) is known to be inside it and is not expected again when it is replayed.
+#: Embedding spans are left out: their vectors are steps below the span, not the span itself.
+_BOUNDARY_OWNERS = frozenset({"llm", "tool", "retriever"})
 
 
 class RecordingSession:
@@ -60,6 +70,8 @@ class RecordingSession:
         self.tree = SpanTree()
         self.llm = LlmRecorder(recorder, self.tree)
         self._rerank: dict[str, dict[str, Any]] = {}
+        #: span id -> the token that set the core's current path to its path
+        self._paths: dict[str, Token[str]] = {}
 
     def failed(self, where: str) -> None:
         self.recorder.stats.internal_errors += 1
@@ -77,10 +89,11 @@ class RecordingSession:
         # (get_query_embedding vs get_text_embedding_batch) tells which this was
         mode = "query" if info is not None and "query" in info.method.lower() else "text"
         base = self.path_for(event.span_id, f"embedding:{name}")
+        timing = info.timing() if info is not None else {}  # of the call that made them all
         for text, vector in zip(event.chunks, event.embeddings, strict=False):
             self.recorder.record("embedding", name, {"mode": mode, "text": text},
                                  list(map(float, vector)),
-                                 path=join_path(base, str(self.tree.count(base))))
+                                 path=join_path(base, str(self.tree.count(base))), **timing)
 
     def retrieval(self, event: RetrievalEndEvent) -> None:
         info = self.tree.get(event.span_id)
@@ -88,7 +101,8 @@ class RecordingSession:
         self.recorder.record("retriever", name,
                              {"query": query_text(event.str_or_query_bundle)},
                              nodes_json(event.nodes),
-                             path=self.path_for(event.span_id, f"retriever:{name}"))
+                             path=self.path_for(event.span_id, f"retriever:{name}"),
+                             **(info.timing() if info is not None else {}))
 
     def rerank_start(self, event: ReRankStartEvent) -> None:
         if event.span_id is not None:
@@ -96,7 +110,8 @@ class RecordingSession:
                 "model": event.model_name,
                 "request": {"query": query_text(event.query) if event.query else None,
                             "node_ids": [n.node.node_id for n in event.nodes],
-                            "top_n": event.top_n}}
+                            "top_n": event.top_n},
+                "started": datetime.now(timezone.utc), "t0": time.perf_counter()}
 
     def rerank_end(self, event: ReRankEndEvent) -> None:
         started = self._rerank.pop(event.span_id, None) if event.span_id else None
@@ -104,7 +119,9 @@ class RecordingSession:
             return
         name = str(started["model"] or "rerank")
         self.recorder.record("rerank", name, started["request"], nodes_json(event.nodes),
-                             path=self.path_for(event.span_id, f"rerank:{name}"))
+                             path=self.path_for(event.span_id, f"rerank:{name}"),
+                             started_at=started["started"],
+                             duration_ms=(time.perf_counter() - started["t0"]) * 1000.0)
 
     def tool_done(self, info: SpanInfo | None, bound: inspect.BoundArguments, result: Any,
                   err: BaseException | None) -> None:
@@ -113,10 +130,10 @@ class RecordingSession:
         request = tool_request(bound.args, bound.kwargs)
         if err is not None:
             self.recorder.record("tool", info.name, request, error_to_record(err),
-                                 is_error=True, path=info.path)
+                                 is_error=True, path=info.path, **info.timing())
         elif result is not None and not inspect.isawaitable(result):
             self.recorder.record("tool", info.name, request, tool_output_for_storage(result),
-                                 path=info.path)
+                                 path=info.path, **info.timing())
 
     def embedding_failed(self, span_id: str, bound: inspect.BoundArguments,
                          err: BaseException) -> None:
@@ -134,7 +151,7 @@ class RecordingSession:
         mode = "query" if "query" in method else "text"
         self.recorder.record("embedding", info.name, {"mode": mode, "text": texts[done]},
                              error_to_record(err), is_error=True,
-                             path=join_path(info.path, str(done)))
+                             path=join_path(info.path, str(done)), **info.timing())
 
     def close(self) -> None:
         self.llm.close()
@@ -158,11 +175,22 @@ class RecordingSession:
             info = self.tree.enter(span_id, parent_id, instance)
             if info.owner == "llm" and info.parent is not None:
                 self.llm.entered(info)
+            if info.owner in _BOUNDARY_OWNERS and not info.nested:
+                # LlamaIndex enters and exits a span in the context its code runs in
+                self._paths[span_id] = _current_path.set(info.path)
         except Exception:
             self.failed("span start")
 
+    def _left(self, span_id: str) -> None:
+        token = self._paths.pop(span_id, None)
+        if token is not None:
+            # exited in another context: the path was set in that one
+            with contextlib.suppress(ValueError):
+                _current_path.reset(token)
+
     def exit(self, span_id: str, bound: inspect.BoundArguments, result: Any) -> None:
         try:
+            self._left(span_id)
             info = self.tree.exited(span_id)
             if info is not None and info.owner == "tool":
                 self.tool_done(info, bound, result, None)
@@ -172,6 +200,7 @@ class RecordingSession:
     def drop(self, span_id: str, bound: inspect.BoundArguments, err: BaseException | None
              ) -> None:
         try:
+            self._left(span_id)
             error = err if err is not None else RuntimeError("span dropped without an error")
             self.tool_done(self.tree.get(span_id), bound, None, error)
             if self.llm.is_open(span_id):  # a non-streaming LLM call that raised

@@ -118,7 +118,8 @@ class ReplayLLM(FunctionCallingLLM):
         for request, key in asks[:-1]:
             with contextlib.suppress(ReplayDivergence):
                 out: dict[str, Any] = player.next("llm", self.recorded_name, request,
-                                                  match_key=key, path=replay_path())
+                                                  match_key=key, path=replay_path(),
+                                                  tentative=True)
                 return out
         request, key = asks[-1]
         try:
@@ -139,7 +140,8 @@ class ReplayLLM(FunctionCallingLLM):
         for request, key in asks[:-1]:
             with contextlib.suppress(ReplayDivergence):
                 out: dict[str, Any] = await player.anext("llm", self.recorded_name, request,
-                                                         match_key=key, path=replay_path())
+                                                         match_key=key, path=replay_path(),
+                                                         tentative=True)
                 return out
         request, key = asks[-1]
         try:

@@ -8,6 +8,7 @@ from typing import Any
 from llama_index.core.tools.types import AsyncBaseTool, BaseTool, ToolMetadata, ToolOutput
 
 from agentreplay_core import Player
+from agentreplay_core._player import checked_player
 from agentreplay_llamaindex._convert import (
     tool_output_for_storage,
     tool_output_from_storage,
@@ -28,7 +29,7 @@ class ReplayTool(AsyncBaseTool):
 
     def __init__(self, player: Player, metadata: ToolMetadata,
                  live: BaseTool | None = None) -> None:
-        self._player = player
+        self._player = checked_player(player, "ReplayTool")
         self._metadata = metadata
         self._live = live
 

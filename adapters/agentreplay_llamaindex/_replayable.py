@@ -29,6 +29,7 @@ from llama_index.core.tools.types import BaseTool
 from agentreplay_core import Player, Recorder
 from agentreplay_core._session import replay_player
 from agentreplay_llamaindex import _routing
+from agentreplay_llamaindex._llm_calls import llm_step_name
 from agentreplay_llamaindex._recorded import recorded_names
 from agentreplay_llamaindex._replay_embedding import ReplayEmbedding
 from agentreplay_llamaindex._replay_llm import ReplayLLM
@@ -54,8 +55,9 @@ def _recorded_as(player: Player, kind: str, name: str | None, own: str | None) -
 
 
 def _model_name(live: LLM) -> str | None:
+    """The name the recording gave `live`'s steps."""
     try:
-        return str(live.metadata.model_name)
+        return llm_step_name(live.metadata.model_name, live)
     except Exception:  # an integration whose metadata needs a connection or a key
         return None
 

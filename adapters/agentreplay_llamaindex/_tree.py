@@ -13,7 +13,9 @@ other classes, and a replay tracked with `instrument(player)` must find the reco
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
+from datetime import datetime, timezone
 from typing import Any, NamedTuple
 
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -42,7 +44,7 @@ class SpanInfo:
     """What the recording needs to know about one span (slots: one is made per span)."""
 
     __slots__ = ("children", "exited", "inner", "instance", "instance_id", "method", "name",
-                 "nested", "owner", "parent", "path", "structured")
+                 "nested", "owner", "parent", "path", "started", "structured", "t0")
 
     def __init__(self, parent: str | None, path: str, method: str, owner: str = "",
                  name: str = "", instance_id: int = 0) -> None:
@@ -55,8 +57,8 @@ class SpanInfo:
         self.instance_id = instance_id
         #: the LLM itself while its span is open (tool calls are read through it)
         self.instance: Any = None
-        #: a tool span inside a span of the same tool (FunctionTool.acall -> call): not
-        #: recorded
+        #: a tool span inside a span of the same tool (FunctionTool.acall -> call), or a tool
+        #: of the framework's own (`handoff`): not recorded
         self.nested = False
         #: an LLM span opened by a call of the same LLM being recorded (CustomLLM.chat ->
         #: complete): its events are not recorded
@@ -68,6 +70,17 @@ class SpanInfo:
         self.exited = False
         #: path segment -> how many children of this span used it (made at the first child)
         self.children: dict[str, int] | None = None
+        #: when a tool, embedding or retriever span started (its steps' timing)
+        self.started: datetime | None = None
+        self.t0 = 0.0
+
+    def timing(self) -> dict[str, Any]:
+        """`started_at` and `duration_ms` for `Recorder.record`: the span's start and the time
+        since (nothing known for other spans)."""
+        if self.started is None:
+            return {}
+        return {"started_at": self.started,
+                "duration_ms": (time.perf_counter() - self.t0) * 1000.0}
 
 
 class _Shape(NamedTuple):
@@ -110,6 +123,21 @@ def _name(owner: str, instance: Any) -> str:
     return ""
 
 
+def _framework_tool(tool: Any) -> bool:
+    """A tool LlamaIndex's agents make for their own control flow (`AgentWorkflow`'s
+    `handoff`, which moves the workflow's state to the next agent): deterministic given the
+    model's tool call, and it must run again in replay for the state it sets, so it is no
+    recorded input."""
+    for attr in ("_async_fn", "_fn"):
+        module = getattr(getattr(tool, attr, None), "__module__", None)
+        if isinstance(module, str) and module.startswith(_AGENT_PACKAGE):
+            return True
+    return False
+
+
+_AGENT_PACKAGE = "llama_index.core.agent."
+
+
 def method_of(span_id: str) -> str:
     """`Class.method` from a LlamaIndex span id (`Class.method-<uuid>`)."""
     return span_id.split("-", 1)[0]
@@ -149,10 +177,13 @@ class SpanTree:
                 info.path = self._root_path(segment)
             if owner == "llm":
                 info.instance = instance
+            elif owner:  # the LLM's calls are timed by their own start and end events
+                info.started = datetime.now(timezone.utc)
+                info.t0 = time.perf_counter()
             if shape.structured or (parent is not None and parent.structured):
                 info.structured = True
             if owner == "tool":
-                info.nested = info.structured or any(
+                info.nested = info.structured or _framework_tool(instance) or any(
                     a.owner == "tool" and a.name == name for a in self._ancestors(info))
             self._spans[span_id] = info
         return info

@@ -209,3 +209,21 @@ def test_list_runs_filters_by_tag_and_start(any_store: Store) -> None:
     assert any_store.list_runs(tag="kee") == []
     assert [r.name for r in any_store.list_runs(before=middle)] == ["a"]
     assert [r.name for r in any_store.list_runs(since=middle, tag="x")] == ["b"]
+
+
+@pytest.mark.parametrize("columns", [80, 100])
+def test_show_keeps_step_numbers_and_kinds_whole_in_a_narrow_terminal(
+        tmp_path: Path, columns: int) -> None:
+    url = f"file:{tmp_path / 'runs'}"
+    with open_store(url) as store, store.record(name="narrow") as rec:
+        rec.record("embedding", "text-embedding-3-small", {"text": "a long text " * 5}, [0.5])
+        rec.record("retriever", "VectorIndexRetriever", {"query": "q " * 30}, ["doc"] * 9)
+    shown = subprocess.run([str(AGENTREPLAY), "show", str(rec.run_id), "--dsn", url],
+                           capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "COLUMNS": str(columns)})
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    table = lines[lines.index(next(line for line in lines if "kind" in line)):]
+    assert max(len(line.rstrip()) for line in table) <= columns
+    assert table[0].split()[:2] == ["step", "kind"]  # headers whole, not "s…"
+    assert [line.split()[:2] for line in table[1:]] == [["1", "embedding"], ["2", "retriever"]]

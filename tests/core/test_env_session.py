@@ -81,6 +81,13 @@ def test_record_then_replay_in_real_processes(agent: Path, store: Store, pg_dsn:
     assert report(tmp_path / "rep.json") == {"mode": "replay", "run_id": run_id, "ok": True,
                                              "steps": 2}
 
+    # a unique prefix names the run, as on the command line
+    by_prefix = run(agent, "1,2", **pg(pg_dsn, pg_schema, AGENTREPLAY_MODE="replay",
+                                       AGENTREPLAY_RUN_ID=run_id[:8]))
+    assert by_prefix.returncode == 0, by_prefix.stderr
+    assert by_prefix.stdout == recorded.stdout
+    assert f"agentreplay: replaying run {run_id}" in by_prefix.stderr
+
 
 def test_a_program_that_dies_leaves_a_failed_run(agent: Path, store: Store, pg_dsn: str,
                                                  pg_schema: str) -> None:

@@ -17,6 +17,7 @@ from agentreplay_core import (
     AgentReplayError,
     Mode,
     ReplayDivergence,
+    RunNotFound,
     RunStatus,
     Session,
     Store,
@@ -172,8 +173,12 @@ def test_bad_construction_raises_value_error(memory: Store) -> None:
         Session("replay", memory)
     with pytest.raises(ValueError, match="valid modes: record, replay, off"):
         Session("rewind", memory)
-    with pytest.raises(ValueError):
-        Session("replay", memory, run_id="not-a-uuid")
+    with pytest.raises(ValueError, match="'3f2a' is not a UUID: a new run needs a whole one"):
+        Session("record", memory, run_id="3f2a")
+    # a replay takes a prefix, as the command line does: resolved when it opens
+    bad = Session("replay", memory, run_id="not-a-uuid")
+    with pytest.raises(RunNotFound, match="run ids are UUIDs, or a unique prefix of one"):
+        bad.open()
 
 
 def test_replay_closing_with_unused_steps_raises(memory: Store) -> None:

@@ -251,3 +251,47 @@ def test_tools_without_args_schema_replay_without_a_false_divergence(store: Stor
         replayed = agent(ReplayChatModel(player=player), tools)
     assert transcript(replayed) == transcript(live)
     assert counter.total == 0
+
+
+def test_a_divergence_the_graph_handles_is_named_by_the_next_one(store: Store) -> None:
+    # ToolNode(handle_tool_errors=True) turns any tool error, a divergence included, into a
+    # ToolMessage; the model would then see a prompt that was never recorded
+    def build(model: Any, tools: Sequence[BaseTool], args_of: Args) -> Any:
+        bound = model.bind_tools(tools)
+
+        def think(state: MessagesState) -> dict[str, Any]:
+            reply = bound.invoke(state["messages"])
+            for call in reply.tool_calls:  # what a later version of the agent changed
+                call["args"] = args_of(call["name"], call["args"])
+            return {"messages": [reply]}
+
+        graph = StateGraph(MessagesState)
+        graph.add_node("agent", think)
+        graph.add_node("tools", ToolNode(tools, handle_tool_errors=True))
+        graph.add_edge(START, "agent")
+        graph.add_conditional_edges("agent", tools_condition)
+        graph.add_edge("tools", "agent")
+        return graph.compile()
+
+    with store.record(name="handled-divergence", entropy=True) as rec:
+        build(ScriptedChatModel(plan=PLAN), make_tools(Counter()), lambda n, a: a).invoke(
+            {"messages": [HumanMessage(QUESTION)]},
+            config={"callbacks": [RecordingCallbackHandler(rec)]})
+    def moved(name: str, args: dict[str, Any]) -> dict[str, Any]:
+        return {**args, "city": "Lyon"} if name == "weather" else args
+
+    with pytest.raises(ReplayDivergence) as caught, store.replay(rec.run_id) as player:
+        app = build(ReplayChatModel(player=player), replay_tools(player, make_tools(Counter())),
+                    moved)
+        app.invoke({"messages": [HumanMessage(QUESTION)]})
+    error = caught.value
+    # the model's next prompt holds the tool's error message instead of its result; the
+    # report names the tool call that caused it
+    assert (error.classification, error.kind) == ("prompt_changed", "llm")
+    weather = next(s.step for s in store.load_steps(rec.run_id) if s.name == "weather")
+    assert "an earlier divergence, caught by the replayed code" in str(error)
+    assert f"step {weather}: tool 'weather'" in str(error)
+    assert "city: 'Paris' -> 'Lyon'" in str(error)
+    first = error.__cause__
+    assert isinstance(first, ReplayDivergence)
+    assert (first.classification, first.step) == ("tool_args_changed", weather)

@@ -239,3 +239,19 @@ def test_agentreplay_mode_records_and_replays_the_same_program(
     assert {**replayed, "live_calls": None} == {**recorded, "live_calls": None}
     assert [r.run_id for r in li_store.list_runs()] == [run_id]
     # (mode off, the same script untouched: tests/langchain/test_mode_switch.py)
+
+
+def test_a_model_without_a_name_is_found_under_its_class_name(li_store: Store) -> None:
+    from llama_index.core.llms import MockLLM
+
+    unnamed = MockLLM(max_tokens=4)
+    assert unnamed.metadata.model_name == "unknown"  # LlamaIndex's default
+    with Session("record", li_store, name="unnamed") as session:
+        answer = unnamed.complete("one").text
+        ToolCallingLLM().complete("two")  # a second model: the stand-in must pick by name
+        run_id = session.run_id
+    with Session("replay", li_store, run_id=run_id):
+        replay_llm = replayable_llm(unnamed)
+        assert isinstance(replay_llm, ReplayLLM) and replay_llm.recorded_name == "MockLLM"
+        assert replay_llm.complete("one").text == answer
+        replayable_llm(ToolCallingLLM()).complete("two")

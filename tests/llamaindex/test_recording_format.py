@@ -28,7 +28,7 @@ from llama_index.core.llms import MockLLM
 from agentreplay_core import Store, decode, encode
 from agentreplay_core._transfer import import_run
 from agentreplay_llamaindex import ReplayLLM, instrument
-from agentreplay_llamaindex._convert import llm_view, message_json
+from agentreplay_llamaindex._convert import encodable, llm_view, message_json
 from agentreplay_llamaindex._responses import response_from_json, response_json
 
 LEGACY = Path(__file__).parent / "data" / "legacy_run.jsonl"
@@ -175,3 +175,13 @@ def test_a_custom_llm_calling_itself_is_one_step_at_its_outer_path(li_store: Sto
     with li_store.replay(rec.run_id) as player, instrument(player):
         replay = ReplayLLM(player)
         assert [*_first_calls(replay), asyncio.run(streamed(replay))] == live
+
+
+def test_an_unencodable_value_is_kept_as_a_repr_that_is_the_same_on_every_run() -> None:
+    class Client:
+        """An object no codec knows (an SDK client among an LLM call's keyword arguments)."""
+
+    kept = [encodable({"client": Client()}) for _ in range(2)]
+    assert kept[0] == kept[1]  # two objects, two addresses: one repr
+    assert "Client object" in kept[0]["unencodable_repr"]
+    assert "0x" not in kept[0]["unencodable_repr"]
