@@ -66,6 +66,12 @@ DEFAULT_SKIP_MODULES: tuple[str, ...] = (
     "agentreplay_core._metadata", "agentreplay_core.stores",
 )
 
+#: modules inside skipped ones whose calls belong to the agent all the same: LangGraph's
+#: message streaming gives messages without an id (tool results) a uuid4 that then stays in
+#: the graph's state, so it must replay (its own module in langgraph 1.x, before in
+#: `langgraph.pregel.messages`)
+_AGENT_DRAWS = frozenset({"langgraph.pregel._messages", "langgraph.pregel.messages"})
+
 
 class EntropyRecorder(Protocol):
     """The part of `Recorder` that entropy recording uses."""
@@ -101,7 +107,8 @@ class _Session:
 
     def _skipped(self, caller: str | None) -> bool:
         return caller is not None and (caller in self._skip_exact
-                                       or caller.startswith(self._skip_prefixes))
+                                       or caller.startswith(self._skip_prefixes)) \
+            and caller not in _AGENT_DRAWS
 
     def owns(self, caller: str | None) -> bool:
         return self.open and not getattr(self._local, "busy", False) \

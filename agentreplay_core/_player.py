@@ -341,10 +341,28 @@ class Player:
     def check_all_consumed(self) -> None:
         """Raise `ReplayDivergence(missing_call)` if recorded steps were never asked for, or,
         if the replayed code caught a divergence (the likely reason), that one again."""
-        missing = self.unconsumed()
+        missing = self._not_replayed(self.unconsumed())
         if missing:
             unused = missing_calls(self.run_id, missing)
             first = self.diverged
             if first is None:
                 raise unused
             raise raised_again(first, unused) from first
+
+    def _not_replayed(self, unconsumed: list[Step]) -> list[Step]:
+        """`unconsumed` without the calls that ran for real in this replay, everything
+        recorded inside them replayed (a tool whose model `ReplayLLM` serves): nobody asks
+        for such a call's own step, and nothing of it is missing."""
+        if not any(step.path for step in unconsumed):
+            return unconsumed
+        consumed = self._consumed
+        through: set[int] = set()
+        below = InsideIndex(self._steps)  # step order: a call's inner steps come before it
+        for step in self._steps:
+            if not step.path:
+                continue
+            inner = below.take_inside(step.path, step.step)
+            if inner and step.step not in consumed and all(
+                    s.step in consumed or s.step in through for s in inner):
+                through.add(step.step)
+        return [step for step in unconsumed if step.step not in through]

@@ -34,6 +34,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
         'agentreplay_langchain needs langchain-core: pip install "agentreplay[langchain]"'
     ) from exc
 
+from agentreplay_langchain import _batch_index
 from agentreplay_langchain._chat_model import ReplayChatModel
 from agentreplay_langchain._compat import SUPPORTED_LANGCHAIN_CORE
 from agentreplay_langchain._embeddings import RecordingEmbeddings, ReplayEmbeddings
@@ -56,6 +57,8 @@ from agentreplay_langchain._tools import (
     replay_tools,
 )
 from agentreplay_langchain._tree import RunTreeTracker
+
+_batch_index.install()
 
 
 def __getattr__(name: str) -> Any:

@@ -16,13 +16,14 @@ from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.language_models.base import LangSmithParams
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGenerationChunk, ChatResult
-from langchain_core.runnables import Runnable
+from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict, Field
 
 from agentreplay_core import Player, ReplayDivergence, Step
 from agentreplay_core._keys import current_path
+from agentreplay_langchain._batch_index import with_tracker
 from agentreplay_langchain._compat import format_for_tracing, keep_signatures
 from agentreplay_langchain._construct import chat_result
 from agentreplay_langchain._handler import CHAT_MODEL
@@ -122,6 +123,19 @@ class ReplayChatModel(BaseChatModel):
         # a live call (fork mode) runs the live model's sync API: off the event loop
         return await asyncio.to_thread(self._step, messages, stop, run_manager, kwargs,
                                        streamed=streamed)
+
+    def batch(self, inputs: list[LanguageModelInput],
+              config: RunnableConfig | list[RunnableConfig] | None = None, *,
+              return_exceptions: bool = False, **kwargs: Any) -> list[Any]:
+        # equal inputs get the answers recorded at their own positions, tracked or not
+        return super().batch(inputs, with_tracker(config, len(inputs)),  # type: ignore[arg-type]
+                             return_exceptions=return_exceptions, **kwargs)
+
+    async def abatch(self, inputs: list[LanguageModelInput],
+                     config: RunnableConfig | list[RunnableConfig] | None = None, *,
+                     return_exceptions: bool = False, **kwargs: Any) -> list[Any]:
+        return await super().abatch(inputs, with_tracker(config, len(inputs)),  # type: ignore[arg-type]
+                                    return_exceptions=return_exceptions, **kwargs)
 
     def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
                   run_manager: CallbackManagerForLLMRun | None = None,

@@ -59,6 +59,28 @@ def test_a_boundary_consumes_steps_at_any_depth_below_it_and_nothing_beside_it(
         assert [s.step for s in player.unconsumed()] == [3, 5]
 
 
+def test_a_call_that_ran_for_real_with_its_insides_replayed_is_not_missing(
+        any_store: Store) -> None:
+    # an agent's tool whose model is replayed inside it, the tool itself running for real
+    with any_store.record() as rec:
+        for question in ("q1", "q2"):
+            with path_scope("tool:docs"), path_scope("tool:search"):
+                rec.record("llm", "m", {"p": question}, f"a {question}")
+            rec.record("tool", "search", {"q": question}, "found",
+                       path="tool:docs/tool:search")
+            rec.record("tool", "docs", {"q": question}, f"docs {question}", path="tool:docs")
+    # the second tool call, nested tools included, is missing: its model was not asked
+    with pytest.raises(ReplayDivergence) as caught, any_store.replay(rec.run_id) as player:
+        assert player.next("llm", "m", {"p": "q1"}, path="tool:docs/tool:search/llm:m") \
+            == "a q1"
+    assert "3 recorded steps were never replayed: 4 (llm 'm'), 5 (tool 'search'), 6 (tool " \
+        "'docs')" in str(caught.value)
+    with any_store.replay(rec.run_id) as player:
+        for question in ("q1", "q2"):  # everything inside both calls replayed: nothing missing
+            assert player.next("llm", "m", {"p": question}) == f"a {question}"
+        assert [s.kind for s in player.unconsumed()] == ["tool"] * 4  # not asked for, though
+
+
 def test_keyed_matching_prefers_the_calls_own_path_then_the_first_pending(
         any_store: Store) -> None:
     with any_store.record() as rec:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import os
 import time
 from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.runnables import RunnableLambda, RunnableParallel
 from langchain_core.tools import BaseTool
@@ -36,6 +40,59 @@ def test_batch_of_eight_prompts_replays_each_answer_in_any_order(store: Store) -
         replayed = model.batch(list(reversed(PROMPTS)), config={"max_concurrency": 8})
     assert [m.content for m in reversed(replayed)] == [m.content for m in live]
     assert [m.id for m in reversed(replayed)] == [m.id for m in live]
+
+
+class Jitter(BaseCallbackHandler):
+    """A user's handler that takes a random while at each model start, so the batch's threads
+    reach their runs in a different order on every run."""
+
+    def on_chat_model_start(self, *args: Any, **kwargs: Any) -> None:
+        time.sleep(int.from_bytes(os.urandom(1), "big") / 25_500)  # up to 10 ms
+
+
+def _contents(replies: Sequence[Any]) -> list[str]:
+    return [str(m.content) for m in replies]
+
+
+@pytest.mark.parametrize("attach", ["handler", "instrument"])
+@pytest.mark.parametrize("api", ["batch", "abatch"])
+def test_a_batch_of_equal_prompts_replays_each_answer_at_its_index(
+        store: Store, attach: str, api: str) -> None:
+    # sampling several answers to one prompt: the answers differ, the requests do not
+    def run(model: Any, recorder: Any = None) -> list[str]:
+        handlers: list[Any] = [Jitter()]
+        if attach == "handler" and recorder is not None:
+            handlers.insert(0, RecordingCallbackHandler(recorder))
+        config: Any = {"callbacks": handlers, "max_concurrency": 4}
+        with instrument(recorder) if attach == "instrument" else contextlib.nullcontext():
+            if api == "abatch":
+                return _contents(asyncio.run(model.abatch(["the same"] * 4, config=config)))
+            return _contents(model.batch(["the same"] * 4, config=config))
+
+    for _ in range(3):  # each run a new thread order
+        with store.record(name="samples") as rec:
+            live = run(ScriptedChatModel(), rec)
+        assert len(set(live)) == 4
+        with store.replay(rec.run_id) as player:
+            replayed = run(ReplayChatModel(player=player),
+                           player if attach == "instrument" else None)
+        assert replayed == live
+
+
+def test_batches_agentreplay_does_not_track_keep_their_tags(store: Store) -> None:
+    seen: list[list[str]] = []
+
+    class Tags(BaseCallbackHandler):
+        def on_chat_model_start(self, *args: Any, tags: Any = None, **kwargs: Any) -> None:
+            seen.append(sorted(tags or []))
+
+    ScriptedChatModel().batch(["a", "b"], config={"callbacks": [Tags()], "tags": ["mine"]})
+    assert seen == [["mine"], ["mine"]]
+    seen.clear()
+    with store.record(name="tagged") as rec:
+        ScriptedChatModel().batch(["a", "b"], config={
+            "callbacks": [Tags(), RecordingCallbackHandler(rec)], "tags": ["mine"]})
+    assert sorted(seen) == [["batch:index:0", "mine"], ["batch:index:1", "mine"]]
 
 
 def _delayed(branch: str, slow: str) -> RunnableLambda[Any, Any]:

@@ -111,3 +111,26 @@ def test_paths_are_structural_and_stable_across_runs(store: Store) -> None:
     assert paths(first) == paths(second)
     assert not any(UUID_RE.search(p) for p in paths(first))
     assert any("graph:step:" in p and p.endswith("]") for p in paths(first))
+
+
+def test_streamed_messages_keep_their_recorded_ids_with_entropy(store: Store) -> None:
+    # stream_mode="messages" gives the tool messages their ids as it emits them; with
+    # entropy=True those ids are the run's, like every other id in the graph's state
+    def streamed(app: Any, config: Any = None) -> dict[str, tuple[str, str]]:
+        out = {}
+        for message, _ in app.stream({"messages": [HumanMessage("a day in Europe")]},
+                                     config=config, stream_mode="messages"):
+            if message.type == "tool":  # (their order follows the tool threads' finishing)
+                out[message.id] = (message.name, str(message.content))
+        return out
+
+    tools = make_tools(Counter())
+    with store.record(name="messages-mode", entropy=True) as rec:
+        live = streamed(build_graph(ScriptedChatModel(plan=PLAN), ToolNode(tools), tools),
+                        {"callbacks": [RecordingCallbackHandler(rec)]})
+    assert len(live) == 4
+    with store.replay(rec.run_id) as player:
+        replayed = replay_tools(player, make_tools(Counter()))
+        again = streamed(build_graph(ReplayChatModel(player=player), ToolNode(replayed),
+                                     replayed))
+    assert again == live

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import asyncio
 
+from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.tools import FunctionTool, QueryEngineTool
 
 from agentreplay_core import Store
-from agentreplay_llamaindex import ReplayLLM, instrument, replay_tools
+from agentreplay_llamaindex import ReplayLLM, ReplayRetriever, instrument, replay_tools
 from tests.llamaindex import scenarios
 from tests.llamaindex.models import HashEmbedding, SampledLLM, ToolCallingLLM
 
@@ -56,3 +57,21 @@ def test_replay_tools_carry_the_originals_metadata(li_store: Store) -> None:
         replayed = replay_tools(player, originals)
     assert [t.metadata.to_openai_tool() for t in replayed] == \
         [t.metadata.to_openai_tool() for t in originals]
+
+
+def test_a_real_tool_replays_through_the_stand_ins_inside_it(li_store: Store) -> None:
+    index = scenarios.build_index(HashEmbedding())
+    engine = index.as_query_engine(llm=SampledLLM(), similarity_top_k=2)
+    tools = [QueryEngineTool.from_defaults(engine, name="docs", description="The docs.")]
+    with li_store.record(name="qe-tool-real") as rec, instrument(rec):
+        live = asyncio.run(scenarios.agent(ToolCallingLLM(), tools, workflow=False))
+    with li_store.replay(rec.run_id) as player:
+        # the query engine runs for real, on the recorded retrieval and answer: its own step
+        # is not asked for, and the replay still ends clean (nothing inside it is missing)
+        replayed_engine = RetrieverQueryEngine.from_args(
+            retriever=ReplayRetriever(player), llm=ReplayLLM(player, name="sampled-llm"))
+        real_tools = [QueryEngineTool.from_defaults(replayed_engine, name="docs",
+                                                    description="The docs.")]
+        again = asyncio.run(scenarios.agent(ReplayLLM(player, name="tool-caller"), real_tools,
+                                            workflow=False))
+    assert again == live
