@@ -55,7 +55,7 @@ DEFAULT_SKIP_MODULES: tuple[str, ...] = (
     "langchain_core.callbacks", "langchain_core.tracers", "langchain_core.utils.uuid",
     "langsmith", "langgraph.checkpoint", "langgraph.pregel",
     "llama_index.core.callbacks", "llama_index.core.instrumentation",
-    "llama_index_instrumentation", "workflows",
+    "llama_index_instrumentation", "llama_index.core.workflow", "workflows",
     # model providers' clients (idempotency keys, retry jitter): their answers are recorded
     "openai", "anthropic", "google.genai", "mistralai", "cohere", "groq", "ollama", "botocore",
     # agentreplay's own machinery (run ids, retries, spooling), but not `call()`'s target or
