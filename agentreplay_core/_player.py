@@ -86,6 +86,7 @@ class Player:
         #: Code that catches it (a tool error handler, a try/except) must not turn it into a
         #: vaguer one: later divergences quote it, and `check_all_consumed` raises it again.
         self.diverged: ReplayDivergence | None = None
+        self._by_path: dict[str, list[Step]] | None = None  # built at the first `recorded_at`
 
     @property
     def run_id(self) -> UUID:
@@ -97,6 +98,20 @@ class Player:
 
     def consumed(self) -> list[Step]:
         return [s for s in self._steps if s.step in self._consumed]
+
+    def is_consumed(self, step: Step) -> bool:
+        return step.step in self._consumed
+
+    def recorded_at(self, path: str) -> list[Step]:
+        """The steps recorded at exactly `path`, consumed or not, in step order (for backends
+        that must know how a call was made before asking for it)."""
+        by_path = self._by_path
+        if by_path is None:
+            by_path = {}
+            for step in self._steps:
+                by_path.setdefault(step.path, []).append(step)
+            self._by_path = by_path
+        return list(by_path.get(path, ()))
 
     def unconsumed(self) -> list[Step]:
         """Recorded steps the replay has not asked for (yet)."""

@@ -124,6 +124,24 @@ class ReplayChatModel(BaseChatModel):
         return await asyncio.to_thread(self._step, messages, stop, run_manager, kwargs,
                                        streamed=streamed)
 
+    def _should_stream(self, *, async_api: bool, run_manager: RunManager | None = None,
+                       **kwargs: Any) -> bool:
+        if not super()._should_stream(async_api=async_api, run_manager=run_manager, **kwargs):
+            return False
+        if kwargs.get("stream") or run_manager is None:
+            return True
+        # LangChain streams on its own when a streaming handler is attached (LangGraph's
+        # stream_mode="messages") and the model has `_stream`, which this one always has: a
+        # call recorded from a model without it must come back as one message, not as chunks
+        path = tracked_path(run_manager.handlers, run_manager.run_id)
+        if path is None:
+            return True
+        recorded = [s for s in self.player.recorded_at(path)
+                    if s.kind == "llm" and s.name == CHAT_MODEL]
+        pending = [s for s in recorded if not self.player.is_consumed(s)] or recorded
+        return not pending or not isinstance(pending[0].output, dict) \
+            or "chunks" in pending[0].output
+
     def batch(self, inputs: list[LanguageModelInput],
               config: RunnableConfig | list[RunnableConfig] | None = None, *,
               return_exceptions: bool = False, **kwargs: Any) -> list[Any]:

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage
 from langchain_core.tools import BaseTool
 from langgraph.graph import START, MessagesState, StateGraph
@@ -133,4 +134,30 @@ def test_streamed_messages_keep_their_recorded_ids_with_entropy(store: Store) ->
         replayed = replay_tools(player, make_tools(Counter()))
         again = streamed(build_graph(ReplayChatModel(player=player), ToolNode(replayed),
                                      replayed))
+    assert again == live
+
+
+class UnstreamedModel(ScriptedChatModel):
+    """A model without `_stream` (many custom and fake models)."""
+
+    _stream = BaseChatModel._stream
+
+
+def test_messages_mode_streams_a_model_as_it_streamed_while_recording(store: Store) -> None:
+    # without `_stream`, LangGraph emits each answer as one AIMessage when the call ends;
+    # ReplayChatModel, which can stream, must do the same
+    def emitted(app: Any, config: Any = None) -> list[tuple[str, str]]:
+        return [(type(message).__name__, str(message.content)) for message, _ in app.stream(
+            {"messages": [HumanMessage("a day in Europe")]}, config=config,
+            stream_mode="messages") if message.type == "ai"]
+
+    tools = make_tools(Counter())
+    with store.record(name="not-streamed") as rec:
+        live = emitted(build_graph(UnstreamedModel(plan=PLAN), ToolNode(tools), tools),
+                       {"callbacks": [RecordingCallbackHandler(rec)]})
+    assert {kind for kind, _ in live} == {"AIMessage"}
+    with store.replay(rec.run_id) as player, instrument(player):
+        replayed = replay_tools(player, make_tools(Counter()))
+        again = emitted(build_graph(ReplayChatModel(player=player), ToolNode(replayed),
+                                    replayed))
     assert again == live
