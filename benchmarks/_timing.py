@@ -103,9 +103,12 @@ def _stat(pid: int | str) -> list[str]:
 def process_cpu(pid: int | str, *, reaped: bool = False) -> float:
     """CPU seconds (user and system) process `pid` has used so far (Linux: /proc); with
     `reaped`, also that of its children that have exited and been waited for."""
+    return _ticks(pid, reaped=reaped) / os.sysconf("SC_CLK_TCK")
+
+
+def _ticks(pid: int | str, *, reaped: bool = False) -> int:
     fields = _stat(pid)
-    ticks = sum(int(f) for f in fields[11:15 if reaped else 13])
-    return ticks / os.sysconf("SC_CLK_TCK")
+    return sum(int(f) for f in fields[11:15 if reaped else 13])
 
 
 def server_cpu(data_dir: str | None) -> float | None:
@@ -120,14 +123,16 @@ def server_cpu(data_dir: str | None) -> float | None:
         return None
     try:
         postmaster = int(Path(data_dir, "postmaster.pid").read_text().split()[0])
-        total = process_cpu(postmaster, reaped=True)
+        # summed in whole ticks: float sums in another order could make a later reading
+        # smaller by a rounding error
+        total = _ticks(postmaster, reaped=True)
         for proc in Path("/proc").glob("[0-9]*"):
             try:
                 if int(_stat(proc.name)[1]) == postmaster:
-                    total += process_cpu(proc.name)
+                    total += _ticks(proc.name)
             except (OSError, ValueError, IndexError):  # exited meanwhile
                 continue
-        return total
+        return total / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):
         return None
 
