@@ -10,7 +10,6 @@ which record nothing: those return after a dict lookup (events) or one tree upda
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import logging
 import time
@@ -175,18 +174,21 @@ class RecordingSession:
             info = self.tree.enter(span_id, parent_id, instance)
             if info.owner == "llm" and info.parent is not None:
                 self.llm.entered(info)
-            if info.owner in _BOUNDARY_OWNERS and not info.nested:
+            # (a call inside a call of the same LLM or tool is inside its path already)
+            if info.owner in _BOUNDARY_OWNERS and not (info.nested or info.inner):
                 # LlamaIndex enters and exits a span in the context its code runs in
                 self._paths[span_id] = _current_path.set(info.path)
         except Exception:
             self.failed("span start")
 
     def _left(self, span_id: str) -> None:
-        token = self._paths.pop(span_id, None)
-        if token is not None:
-            # exited in another context: the path was set in that one
-            with contextlib.suppress(ValueError):
-                _current_path.reset(token)
+        if self._paths:  # on every span's exit: mostly nothing to do
+            token = self._paths.pop(span_id, None)
+            if token is not None:
+                try:  # noqa: SIM105 - a `suppress` object per span costs more than this
+                    _current_path.reset(token)
+                except ValueError:  # exited in another context: the path was set in that one
+                    pass
 
     def exit(self, span_id: str, bound: inspect.BoundArguments, result: Any) -> None:
         try:
