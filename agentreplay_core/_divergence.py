@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 from uuid import UUID
 
@@ -74,19 +74,43 @@ def divergence(
                             **common)
 
 
-def missing_calls(run_id: UUID, missing: Sequence[Step]) -> ReplayDivergence:
-    """The error for recorded steps the replay never asked for."""
+def _within(path: str, ran: Collection[str]) -> bool:
+    """`path` or a call enclosing it started in the replay (what a call that ran for real
+    records inside it, an embedding model's vectors below its span, ran for real too)."""
+    while path:
+        if path in ran:
+            return True
+        path = path.rpartition("/")[0]
+    return False
+
+
+def missing_calls(run_id: UUID, missing: Sequence[Step],
+                  ran: Collection[str] = ()) -> ReplayDivergence:
+    """The error for recorded steps the replay never asked for; `ran`: the paths where a
+    tracked call started in the replay (those steps' calls ran for real, not replayed)."""
     first = missing[0]
     listing = ", ".join(f"{s.step} ({s.kind} {s.name!r})" for s in missing[:10])
     more = f" and {len(missing) - 10} more" if len(missing) > 10 else ""
+    detail = (f"{counted(len(missing), 'recorded step')} "
+              f"{'was' if len(missing) == 1 else 'were'} never replayed: {listing}{more}; ")
+    live = [s for s in missing if s.path and _within(s.path, ran)]
+    if live:
+        one = len(live) == 1
+        who = ("it" if one else "they") if len(live) == len(missing) else \
+            ", ".join(f"{s.step} ({s.kind} {s.name!r})" for s in live[:10]) + \
+            (" and more" if len(live) > 10 else "")
+        detail += (f"{who} ran for real in this replay, at the recorded "
+                   f"path{'' if one else 's'}, instead of being served from the recording: "
+                   "give the replay the replay backend of "
+                   f"{'that call' if one else 'those calls'} (replay_tools(player, tools), "
+                   "ReplayRetriever, ReplayChatModel / ReplayLLM, ReplayEmbeddings), or pass "
+                   f"allow_unused=True if running {'it' if one else 'them'} for real is "
+                   "intended")
+    else:
+        detail += "pass allow_unused=True if that is expected"
     return ReplayDivergence(
         run_id=run_id, step=first.step, kind=first.kind, name=first.name,
-        classification="missing_call", expected=peek(first.input),
-        detail=(f"{counted(len(missing), 'recorded step')} "
-                f"{'was' if len(missing) == 1 else 'were'} never replayed: {listing}{more}; "
-                "pass allow_unused=True if that is expected"),
-    )
-
+        classification="missing_call", expected=peek(first.input), detail=detail)
 
 
 _CAUGHT = ("caught by the replayed code (a tool error handler such as "

@@ -87,6 +87,9 @@ class Player:
         #: vaguer one: later divergences quote it, and `check_all_consumed` raises it again.
         self.diverged: ReplayDivergence | None = None
         self._by_path: dict[str, list[Step]] | None = None  # built at the first `recorded_at`
+        #: paths where a tracked call (a tool, retriever or model) started in this replay,
+        #: served or not: a recorded step at one of them that nobody asked for ran for real
+        self._started_at: set[str] = set()
 
     @property
     def run_id(self) -> UUID:
@@ -112,6 +115,12 @@ class Player:
                 by_path.setdefault(step.path, []).append(step)
             self._by_path = by_path
         return list(by_path.get(path, ()))
+
+    def started_at(self, path: str) -> None:
+        """Note that a call started at `path` in this replay (called by the adapters' run-tree
+        trackers under `instrument(player)`), so that a recorded step there that nobody asked
+        for is reported as a call that ran for real instead of being replayed."""
+        self._started_at.add(path)
 
     def unconsumed(self) -> list[Step]:
         """Recorded steps the replay has not asked for (yet)."""
@@ -358,7 +367,7 @@ class Player:
         if the replayed code caught a divergence (the likely reason), that one again."""
         missing = self._not_replayed(self.unconsumed())
         if missing:
-            unused = missing_calls(self.run_id, missing)
+            unused = missing_calls(self.run_id, missing, ran=self._started_at)
             first = self.diverged
             if first is None:
                 raise unused

@@ -11,16 +11,17 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextvars import ContextVar, Token
 from types import TracebackType
 from typing import Any, TypeVar
+from uuid import UUID
 
 from langchain_core.tracers.context import register_configure_hook
 
 from agentreplay_core import Mode, Player, Recorder, Session, active_session, register_session_hook
 from agentreplay_langchain._handler import RecordingCallbackHandler
-from agentreplay_langchain._tree import RunTreeTracker
+from agentreplay_langchain._tree import BOUNDARY_TYPES, RunTreeTracker
 
 H = TypeVar("H", bound=RunTreeTracker)
 _STARTS = ("on_chain_start", "on_chat_model_start", "on_llm_start", "on_tool_start",
@@ -45,8 +46,26 @@ def _ambient(base: type[H]) -> type[H]:
     return type(base.__name__, (base,), namespace)
 
 
+class _ReplayTracker(RunTreeTracker):
+    """Tracks a replay's run tree and tells its player where models, tools and retrievers
+    started: one that ran for real (not swapped for its replay backend) leaves its recorded
+    step unasked, and the replay's end says why."""
+
+    def __init__(self, player: Player) -> None:
+        super().__init__()
+        self._player = player
+
+    def _enter(self, run_type: str, serialized: dict[str, Any] | None, run_id: UUID,
+               parent_run_id: UUID | None, tags: Sequence[str] | None,
+               kwargs: dict[str, Any]) -> str:
+        path = super()._enter(run_type, serialized, run_id, parent_run_id, tags, kwargs)
+        if run_type in BOUNDARY_TYPES:
+            self._player.started_at(path)
+        return path
+
+
 _AmbientRecorder = _ambient(RecordingCallbackHandler)
-_AmbientTracker = _ambient(RunTreeTracker)
+_AmbientTracker = _ambient(_ReplayTracker)
 
 _recording: ContextVar[RecordingCallbackHandler | None] = ContextVar(
     "agentreplay_langchain_recording", default=None)
@@ -173,7 +192,7 @@ def _for_session(session: Session | None) -> Instrumentation:
 def _attach(target: Recorder | Player, session: Session | None = None) -> Instrumentation:
     if isinstance(target, Recorder):
         return Instrumentation(target, _AmbientRecorder(target), session=session)
-    return Instrumentation(target, _AmbientTracker(), session=session)
+    return Instrumentation(target, _AmbientTracker(target), session=session)
 
 
 def _already_active(current: Instrumentation) -> RuntimeError:

@@ -23,7 +23,7 @@ from agentreplay_core._keys import _current_path, join_path
 _POSITIONAL = re.compile(r"^[a-z_]+:[a-z_]+:")
 #: runs inside which the core's current path follows the run tree: what is recorded inside
 #: them (an embedding call, a model's own clock or random reads) is replayed with them
-_BOUNDARY_TYPES = frozenset({"tool", "retriever", "chat_model", "llm"})
+BOUNDARY_TYPES = frozenset({"tool", "retriever", "chat_model", "llm"})
 _NO_TAGS: frozenset[str] = frozenset()
 
 
@@ -123,7 +123,7 @@ class RunTreeTracker(BaseCallbackHandler):
             # `generate()` of several prompts starts all their runs in one context before any
             # ends: they cannot each own the current path (nor be told apart inside)
             overlapping = int(kwargs.get("batch_size") or 1) > 1
-            if (run_type in _BOUNDARY_TYPES or task is not None) and not overlapping:
+            if (run_type in BOUNDARY_TYPES or task is not None) and not overlapping:
                 node.previous = _current_path.get()
                 _current_path.set(node.path)
             self._nodes[run_id] = node

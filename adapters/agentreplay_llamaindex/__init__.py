@@ -56,6 +56,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
         'agentreplay_llamaindex needs llama-index-core: pip install "agentreplay[llamaindex]"'
     ) from exc
 
+from agentreplay_llamaindex import _loop_threads
 from agentreplay_llamaindex._compat import SUPPORTED_VERSIONS
 from agentreplay_llamaindex._handlers import RecordingEventHandler, RecordingSpanHandler
 from agentreplay_llamaindex._instrument import Instrumentation, instrument
@@ -90,3 +91,5 @@ __all__ = [
     "replayable_retriever",
     "replayable_tools",
 ]
+
+_loop_threads.install()

@@ -151,7 +151,8 @@ def _build(target: Recorder | Player, session: Session | None) -> Instrumentatio
         handler = RecordingEventHandler(target)
         return Instrumentation(target, handler, handler.span_handler, session=session)
     tree = SpanTree()
-    return Instrumentation(target, None, TrackingSpanHandler(tree), tree, session=session)
+    return Instrumentation(target, None, TrackingSpanHandler(tree, target), tree,
+                           session=session)
 
 
 def instrument(target: Recorder | Player | Session | None = None) -> Instrumentation:

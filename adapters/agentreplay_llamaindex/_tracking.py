@@ -17,7 +17,7 @@ from llama_index.core.instrumentation.span import SimpleSpan
 from llama_index.core.instrumentation.span_handlers import BaseSpanHandler
 from pydantic import PrivateAttr
 
-from agentreplay_core import current_path
+from agentreplay_core import Player, current_path
 from agentreplay_core._keys import join_path
 from agentreplay_llamaindex._compat import active_span_id
 from agentreplay_llamaindex._routing import tracked_tree
@@ -49,12 +49,19 @@ class TreeSpans:
     """Builds the span tree during a replay, as the recording does; `instrument(player)`
     routes the spans of its own context here (see `_routing`)."""
 
-    def __init__(self, tree: SpanTree) -> None:
+    def __init__(self, tree: SpanTree, player: Player | None = None) -> None:
         self.tree = tree
+        #: told where models, tools, retrievers and rerankers start: one that ran for real
+        #: (not swapped for its stand-in) leaves its recorded step unasked, and the replay's
+        #: end says why
+        self.player = player
 
     def enter(self, span_id: str, parent_id: str | None, instance: Any) -> None:
         try:
-            self.tree.enter(span_id, parent_id, instance)
+            info = self.tree.enter(span_id, parent_id, instance)
+            if self.player is not None and (
+                    info.owner or info.path.rpartition("/")[2].startswith("postprocessor.")):
+                self.player.started_at(info.path)
         except Exception:  # LlamaIndex would swallow it: say so, and replay goes on pathless
             log.exception("agentreplay: could not track LlamaIndex span %s", span_id)
 
@@ -71,10 +78,10 @@ class TrackingSpanHandler(BaseSpanHandler[SimpleSpan]):
 
     _spans: TreeSpans = PrivateAttr()
 
-    def __init__(self, tree: SpanTree) -> None:
+    def __init__(self, tree: SpanTree, player: Player | None = None) -> None:
         super().__init__(open_spans={}, completed_spans=[], dropped_spans=[],
                          current_span_ids={})
-        self._spans = TreeSpans(tree)
+        self._spans = TreeSpans(tree, player)
 
     @property
     def spans(self) -> TreeSpans:

@@ -222,6 +222,44 @@ def test_unconsumed_steps_raise_missing_call_at_exit(any_store: Store) -> None:
         player.next("tool", "a", {})
 
 
+def test_missing_call_says_which_calls_ran_for_real(any_store: Store) -> None:
+    # an adapter's tracker reports where calls started: a recorded step at such a path that
+    # nobody asked for is a call that was not swapped for its replay backend
+    with any_store.record() as rec:
+        rec.record("llm", "m", {"p": 1}, "plan", path="agent/llm:m")
+        rec.record("tool", "search", {"q": "a"}, "doc a", path="agent/tool:search")
+        rec.record("tool", "search", {"q": "b"}, "doc b", path="agent/tool:search#1")
+        rec.record("retriever", "vs", {"query": "q"}, ["doc"], path="agent/retriever:vs")
+        # what a call records inside it (vectors below its embedding span) runs with it
+        rec.record("embedding", "e", {"text": "q"}, [0.5], path="agent/retriever:vs/e/0")
+    with pytest.raises(ReplayDivergence) as caught, any_store.replay(rec.run_id) as player:
+        player.next("llm", "m", {"p": 1}, path="agent/llm:m")
+        player.started_at("agent/llm:m")
+        player.started_at("agent/tool:search#1")
+    detail = str(caught.value)
+    assert "4 recorded steps were never replayed: 2 (tool 'search'), 3 (tool 'search'), " \
+           "4 (retriever 'vs'), 5 (embedding 'e'); 3 (tool 'search') ran for real in this " \
+           "replay, at the recorded path," in detail
+    assert "replay_tools(player, tools)" in detail
+    assert "allow_unused=True if running it for real is intended" in detail
+
+    with pytest.raises(ReplayDivergence) as caught, any_store.replay(rec.run_id) as player:
+        player.next("llm", "m", {"p": 1}, path="agent/llm:m")
+        player.started_at("agent/retriever:vs/e")  # inside the retriever: not the retriever
+    assert "; 5 (embedding 'e') ran for real in this replay" in str(caught.value)
+
+    with pytest.raises(ReplayDivergence) as caught, any_store.replay(rec.run_id) as player:
+        player.next("llm", "m", {"p": 1}, path="agent/llm:m")
+        for path in ("agent/tool:search", "agent/tool:search#1", "agent/retriever:vs"):
+            player.started_at(path)
+    assert "; they ran for real in this replay, at the recorded paths," in str(caught.value)
+
+    with pytest.raises(ReplayDivergence) as caught, any_store.replay(rec.run_id) as player:
+        player.next("llm", "m", {"p": 1}, path="agent/llm:m")
+    assert "ran for real" not in str(caught.value)
+    assert str(caught.value).endswith("pass allow_unused=True if that is expected")
+
+
 def test_user_error_inside_replay_is_not_masked_by_missing_calls(any_store: Store) -> None:
     with any_store.record() as rec:
         rec.record("tool", "a", {}, 1)

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any, cast
 
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
-from langchain_core.tools import BaseTool
+from langchain_core.tools import BaseTool, tool
 
-from agentreplay_core import NetworkAccessDuringReplay, Store
-from agentreplay_langchain import RecordingCallbackHandler, ReplayChatModel, replay_tools
+from agentreplay_core import NetworkAccessDuringReplay, ReplayDivergence, Store
+from agentreplay_langchain import (
+    RecordingCallbackHandler,
+    ReplayChatModel,
+    instrument,
+    replay_tools,
+)
 from tests.langchain.fakes import (
     Counter,
     Plan,
@@ -115,3 +121,28 @@ def test_replayed_calls_tell_tracers_what_they_are(store: Store) -> None:
                                 max_tokens=7) == {
         "ls_provider": "agentreplay", "ls_model_type": "chat", "ls_model_name": "gpt-x",
         "ls_stop": ["END"], "ls_temperature": 0.5, "ls_max_tokens": 7}
+
+
+@tool
+def population(city: str) -> str:
+    """How many people live in a city (a local, deterministic lookup)."""
+    return f"{city}: 2.1 million"
+
+
+@pytest.mark.parametrize("tracked", [True, False])
+def test_a_tool_left_real_in_replay_is_named_at_the_end(store: Store, tracked: bool) -> None:
+    plan: Plan = [[("population", {"city": "Paris"})]]
+    with store.record(name="real-tool") as rec, instrument(rec):
+        live = tool_loop(ScriptedChatModel(plan=plan), [population], "how big is Paris?")
+    # the tool is not swapped: it runs for real, and the model's next request still matches
+    with pytest.raises(ReplayDivergence) as caught, store.replay(rec.run_id) as player, \
+            instrument(player) if tracked else contextlib.nullcontext():
+        again = tool_loop(ReplayChatModel(player=player), [population], "how big is Paris?")
+    assert transcript(again) == transcript(live)
+    assert caught.value.classification == "missing_call" and caught.value.name == "population"
+    # tracked, the replay knows the tool started at its recorded path
+    assert ("it ran for real in this replay" in str(caught.value)) is tracked
+    assert "replay_tools(player, tools)" in str(caught.value) or not tracked
+    with store.replay(rec.run_id) as player, instrument(player):
+        tool_loop(ReplayChatModel(player=player), replay_tools(player, [population]),
+                  "how big is Paris?")

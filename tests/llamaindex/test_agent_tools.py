@@ -5,11 +5,17 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.tools import FunctionTool, QueryEngineTool
 
-from agentreplay_core import Store
-from agentreplay_llamaindex import ReplayLLM, ReplayRetriever, instrument, replay_tools
+from agentreplay_core import ReplayDivergence, Store
+from agentreplay_llamaindex import (
+    ReplayLLM,
+    ReplayRetriever,
+    instrument,
+    replay_tools,
+)
 from tests.llamaindex import scenarios
 from tests.llamaindex.models import HashEmbedding, SampledLLM, ToolCallingLLM
 
@@ -75,3 +81,27 @@ def test_a_real_tool_replays_through_the_stand_ins_inside_it(li_store: Store) ->
         again = asyncio.run(scenarios.agent(ReplayLLM(player, name="tool-caller"), real_tools,
                                             workflow=False))
     assert again == live
+
+
+def test_parts_left_real_in_a_tracked_replay_are_named_at_the_end(li_store: Store) -> None:
+    tools = scenarios.agent_tools()  # add and multiply: local and deterministic
+    index = scenarios.build_index(HashEmbedding())
+    with li_store.record(name="real-parts") as rec, instrument(rec):
+        live = asyncio.run(scenarios.agent(ToolCallingLLM(), tools, workflow=True))
+        live_rag = asyncio.run(scenarios.rag(SampledLLM(), index.as_retriever(), "sync"))
+    real = [(s.step, s.kind) for s in li_store.load_steps(rec.run_id) if s.kind != "llm"]
+    assert sorted(kind for _, kind in real) == ["embedding", "retriever", "tool", "tool"]
+    # the tools, the retriever and its embedding model are not swapped: they run for real
+    # (on the replayed tool calls and question)
+    with pytest.raises(ReplayDivergence) as caught, \
+            li_store.replay(rec.run_id) as player, instrument(player):
+        again = asyncio.run(scenarios.agent(ReplayLLM(player, name="tool-caller"), tools,
+                                            workflow=True))
+        again_rag = asyncio.run(scenarios.rag(ReplayLLM(player, name="sampled-llm"),
+                                              index.as_retriever(), "sync"))
+    assert again == live and again_rag == live_rag
+    error = caught.value
+    assert error.classification == "missing_call"
+    assert error.step == real[0][0]
+    assert "4 recorded steps were never replayed" in str(error)
+    assert "; they ran for real in this replay, at the recorded paths," in str(error)

@@ -1,0 +1,146 @@
+"""LangGraph flows beyond one invoke: a human-in-the-loop interrupt resumed by a second
+invocation of the same thread, and a compiled graph used as a node of another."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from langchain_core.messages import HumanMessage
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.types import Command, interrupt
+
+from agentreplay_core import ReplayDivergence, Store
+from agentreplay_langchain import ReplayChatModel, instrument, replay_tools
+from tests.langchain.fakes import Counter, ScriptedChatModel, make_tools
+
+
+def approval_graph(model: Any, weather: BaseTool) -> Any:
+    """Draft an answer, wait for a person's approval (an interrupt), then act on it."""
+    def draft(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [model.invoke(state["messages"])]}
+
+    def approve(state: MessagesState) -> dict[str, Any]:
+        verdict = interrupt({"draft": state["messages"][-1].content})
+        return {"messages": [HumanMessage(f"approved: {verdict}")]}
+
+    def act(state: MessagesState) -> dict[str, Any]:
+        report = weather.invoke({"city": "Paris"})
+        return {"messages": [model.invoke([*state["messages"], HumanMessage(str(report))])]}
+
+    graph = StateGraph(MessagesState)
+    for name, node in (("draft", draft), ("approve", approve), ("act", act)):
+        graph.add_node(name, node)
+    graph.add_edge(START, "draft")
+    graph.add_edge("draft", "approve")
+    graph.add_edge("approve", "act")
+    graph.add_edge("act", END)
+    return graph.compile(checkpointer=InMemorySaver())
+
+
+def approve_session(model: Any, weather: BaseTool, answer: str = "yes") -> dict[str, Any]:
+    app = approval_graph(model, weather)
+    config: Any = {"configurable": {"thread_id": "ticket-1"}}
+    paused = app.invoke({"messages": [HumanMessage("plan my trip")]}, config)
+    [pending] = paused["__interrupt__"]
+    done = app.invoke(Command(resume=answer), config)
+    return {"asked": pending.value,
+            "messages": [(m.type, m.content, m.id) for m in done["messages"]]}
+
+
+def test_an_interrupted_thread_resumed_replays_both_invocations(store: Store) -> None:
+    counter = Counter()
+    [weather, *_] = make_tools(counter)
+    # entropy: the ids LangGraph draws for the messages its nodes return replay too
+    with store.record(name="approval", entropy=True) as rec, instrument(rec):
+        live = approve_session(ScriptedChatModel(), weather)
+    assert counter.counts == {"weather": 1}
+    assert live["messages"][2][1] == "approved: yes"
+    with store.replay(rec.run_id) as player, instrument(player):
+        again = approve_session(ReplayChatModel(player=player),
+                                replay_tools(player, [weather])[0])
+    assert again == live
+    assert counter.counts == {"weather": 1}
+
+    # the person answers otherwise: the model is asked something the recording lacks
+    with pytest.raises(ReplayDivergence) as caught, store.replay(rec.run_id) as player, \
+            instrument(player):
+        approve_session(ReplayChatModel(player=player), replay_tools(player, [weather])[0],
+                        answer="no")
+    assert caught.value.kind == "llm" and "approved: no" in str(caught.value)
+
+
+def nested_graph(model: Any) -> Any:
+    # the nodes pass their config on: Python 3.10's executors do not carry the context that
+    # would give the model the graph's callbacks (astream_events' among them)
+    def ask(state: MessagesState, config: RunnableConfig) -> dict[str, Any]:
+        return {"messages": [model.invoke([*state["messages"], HumanMessage("go deeper")],
+                                          config)]}
+
+    inner = StateGraph(MessagesState)
+    inner.add_node("ask", ask)
+    inner.add_edge(START, "ask")
+    inner.add_edge("ask", END)
+
+    def plan(state: MessagesState, config: RunnableConfig) -> dict[str, Any]:
+        return {"messages": [model.invoke(state["messages"], config)]}
+
+    outer = StateGraph(MessagesState)
+    outer.add_node("plan", plan)
+    outer.add_node("research", inner.compile())
+    outer.add_edge(START, "plan")
+    outer.add_edge("plan", "research")
+    outer.add_edge("research", END)
+    return outer.compile()
+
+
+def streamed_updates(model: Any) -> list[tuple[str, str, list[tuple[str, Any]]]]:
+    """What `stream(subgraphs=True)` shows: the namespace's node, the node, its messages."""
+    shown = []
+    for namespace, update in nested_graph(model).stream(
+            {"messages": [HumanMessage("research replay tools")]}, subgraphs=True,
+            stream_mode="updates"):
+        for node, change in update.items():
+            where = namespace[0].split(":")[0] if namespace else ""
+            shown.append((where, node, [(m.content, m.id) for m in change["messages"]]))
+    return shown
+
+
+def test_a_subgraph_node_replays_its_own_calls(store: Store) -> None:
+    with store.record(name="nested", entropy=True) as rec, instrument(rec):
+        live = streamed_updates(ScriptedChatModel())
+    # the inner graph's update, then the outer graph's for the node that ran it
+    assert [(where, node) for where, node, _ in live] == [
+        ("", "plan"), ("research", "ask"), ("", "research")]
+    paths = [s.path for s in store.load_steps(rec.run_id) if s.kind == "llm"]
+    assert len(paths) == 2 and "chain:research" in paths[1]
+    with store.replay(rec.run_id) as player, instrument(player):
+        again = streamed_updates(ReplayChatModel(player=player))
+    assert again == live
+
+
+async def graph_events(model: Any) -> list[tuple[str, str, Any]]:
+    shown = []
+    async for event in nested_graph(model).astream_events(
+            {"messages": [HumanMessage("research replay tools")]}, version="v2"):
+        chunk = event["data"].get("chunk")
+        shown.append((event["event"], event["name"], getattr(chunk, "content", None)))
+    return shown
+
+
+def test_graph_events_replay_one_for_one_under_the_live_model_name(store: Store) -> None:
+    with store.record(name="events", entropy=True) as rec, instrument(rec):
+        live = asyncio.run(graph_events(ScriptedChatModel()))
+    # both models' events (with their tokens where langchain-core streams an invoke that
+    # astream_events watches: from 1.0)
+    assert [name for event, name, _ in live if event == "on_chat_model_end"] == \
+        ["ScriptedChatModel"] * 2
+    with store.replay(rec.run_id) as player, instrument(player):
+        # named as the live model: events filtered by name see it as they did live
+        again = asyncio.run(graph_events(ReplayChatModel(player=player,
+                                                         name="ScriptedChatModel")))
+    assert again == live
