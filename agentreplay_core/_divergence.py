@@ -87,8 +87,12 @@ def _within(path: str, ran: Collection[str]) -> bool:
 def missing_calls(run_id: UUID, missing: Sequence[Step],
                   ran: Collection[str] = ()) -> ReplayDivergence:
     """The error for recorded steps the replay never asked for; `ran`: the paths where a
-    tracked call started in the replay (those steps' calls ran for real, not replayed)."""
-    first = missing[0]
+    tracked call started in the replay (those steps' calls ran for real, not replayed).
+    Named after the first call not inside another missing one (a tool, not the clock read
+    recorded inside it before it)."""
+    paths = {s.path for s in missing if s.path}
+    first = next((s for s in missing
+                  if not s.path or not _within(s.path.rpartition("/")[0], paths)), missing[0])
     listing = ", ".join(f"{s.step} ({s.kind} {s.name!r})" for s in missing[:10])
     more = f" and {len(missing) - 10} more" if len(missing) > 10 else ""
     detail = (f"{counted(len(missing), 'recorded step')} "

@@ -37,6 +37,7 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, Generati
 
 from agentreplay_core import decode
 from agentreplay_core._codec import TAG
+from agentreplay_core._key_order import in_key_order, key_order
 from agentreplay_langchain._compat import make_loader
 from agentreplay_langchain._construct import (
     NO_VALUE,
@@ -54,6 +55,10 @@ ENVELOPE_VERSION = 1
 #: message; `{ENVELOPE: 2, "class": "ChatGeneration", "message": <message envelope>,
 #: "generation_info": ...}` or `{..., "class": "Generation", "text": ..., ...}` for a generation
 FIELDS_VERSION = 2
+
+#: beside a message's fields: the key order of its tool calls and their arguments, where it
+#: is not the sorted order (`agentreplay_core._key_order`)
+TOOL_CALLS_ORDER = "tool_calls_order"
 
 _MESSAGE_CLASSES: dict[str, type[BaseMessage]] = {cls.__name__: cls for cls in (
     AIMessage, AIMessageChunk, HumanMessage, HumanMessageChunk, SystemMessage,
@@ -130,6 +135,11 @@ def _message_fields(message: BaseMessage) -> dict[str, Any] | None:
     except _NotPlain:
         return None
     stored = {ENVELOPE: FIELDS_VERSION, "class": name, "fields": fields}
+    calls = fields.get("tool_calls")
+    if calls:  # the model's order of its arguments (the store sorts keys)
+        order = key_order(calls)
+        if order is not None:
+            stored[TOOL_CALLS_ORDER] = order
     artifact = message.__dict__.get("artifact")
     if artifact is not None:  # any value the core codec keeps, as in version 1
         stored["artifact"] = artifact
@@ -253,6 +263,9 @@ def _revive_fields(stored: dict[str, Any], copied: Callable[[Any], Any]) -> Any:
         fields = copied(stored.get("fields"))
         if type(fields) is not dict:
             raise ValueError(f"recorded {name} has no fields dict; the recording is damaged")
+        calls = fields.get("tool_calls")
+        if type(calls) is list and calls:
+            fields["tool_calls"] = in_key_order(calls, copied(stored.get(TOOL_CALLS_ORDER)))
         artifact = stored.get("artifact", _NO_ARTIFACT)
         if artifact is not _NO_ARTIFACT and "artifact" in message_class.model_fields:
             fields["artifact"] = copied(artifact)

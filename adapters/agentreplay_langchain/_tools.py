@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
+import weakref
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -32,6 +34,28 @@ class _Invocation:
     tool_input: Any = None
     tool_call_id: str | None = None
     served: bool = False
+
+
+_CALL_ID = re.compile(r"[\[,]call:([^,\]]+)[,\]]")
+_call_paths: weakref.WeakKeyDictionary[Player, dict[str, str]] = weakref.WeakKeyDictionary()
+
+
+def call_paths(player: Player) -> dict[str, str]:
+    """The recorded path of each tool call id, for replays nothing tracks: the replayed model
+    gives a call the id it had, and identical parallel calls (same tool, same arguments) are
+    told apart by it, whatever order their threads reach the player in. Recordings made on
+    langchain-core 1.2 or later hold the id in the path (`tool:weather[call:...]`)."""
+    found = _call_paths.get(player)
+    if found is None:
+        found = {}
+        for step in player.steps:
+            if step.kind == "tool" and "call:" in step.path:
+                last = step.path.rpartition("/")[2]
+                match = _CALL_ID.search(last)
+                if match:
+                    found.setdefault(match.group(1), step.path)
+        _call_paths[player] = found
+    return found
 
 
 # The request is taken from the raw tool input in run()/arun(), as on_tool_start saw it while
@@ -83,6 +107,8 @@ class ReplayTool(BaseTool):
             invocation = _Invocation(tool_request(given), tool_input=given)
         invocation.served = True
         path = tracked_path(run_manager.handlers, run_manager.run_id) if run_manager else None
+        if path is None and invocation.tool_call_id is not None:
+            path = call_paths(self.player).get(invocation.tool_call_id)
         live = self._live_call(invocation) if self.live is not None else None
         output = self.player.next("tool", self.name, invocation.request, path=path, live=live)
         result = revive(output["result"]) if isinstance(output, dict) else output

@@ -17,6 +17,7 @@ from llama_index.core.storage.docstore.utils import doc_to_json, json_to_doc
 from llama_index.core.tools import ToolOutput, ToolSelection
 
 from agentreplay_core import Redactor, SerializationError, encode, match_key, strip_volatile
+from agentreplay_core._key_order import in_key_order, key_order
 from agentreplay_core._keys import DEFAULT_VOLATILE_KEYS, match_key_of_encoded
 from agentreplay_core._stable_repr import stable_repr
 from agentreplay_llamaindex._compat import is_workflow_context
@@ -217,13 +218,21 @@ def llm_match_key(name: str, request: Mapping[str, Any],
 
 
 def tool_selections_json(selections: Sequence[ToolSelection]) -> list[dict[str, Any]]:
-    return [{"tool_id": s.tool_id, "tool_name": s.tool_name,
-             "tool_kwargs": encodable(s.tool_kwargs)} for s in selections]
+    out = []
+    for s in selections:
+        item = {"tool_id": s.tool_id, "tool_name": s.tool_name,
+                "tool_kwargs": encodable(s.tool_kwargs)}
+        order = key_order(s.tool_kwargs)  # the model's order (the store sorts keys)
+        if order is not None:
+            item["kwargs_order"] = order
+        out.append(item)
+    return out
 
 
 def tool_selections_from_json(items: Sequence[Mapping[str, Any]]) -> list[ToolSelection]:
     return [ToolSelection(tool_id=i["tool_id"], tool_name=i["tool_name"],
-                          tool_kwargs=i["tool_kwargs"]) for i in items]
+                          tool_kwargs=in_key_order(i["tool_kwargs"], i.get("kwargs_order")))
+            for i in items]
 
 
 def nodes_json(nodes: Sequence[NodeWithScore]) -> list[dict[str, Any]]:

@@ -15,9 +15,12 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import logging
 import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
+
+log = logging.getLogger("agentreplay.llamaindex")
 
 AsyncioRun = Callable[[Coroutine[Any, Any, Any]], Any]
 
@@ -56,14 +59,18 @@ def in_context(original: AsyncioRun) -> AsyncioRun:
 def install() -> None:
     """Put the context-keeping `asyncio_run` in `async_utils`, where modules imported later
     take it from, and in every LlamaIndex module already loaded that took the original by
-    name; only when the original does not keep the context."""
-    from llama_index.core import async_utils
+    name; only when the original does not keep the context. Never fails the import: a
+    LlamaIndex without this function (or one laid out otherwise) is left as it is."""
+    try:
+        from llama_index.core import async_utils
 
-    original: AsyncioRun = async_utils.asyncio_run
-    if hasattr(original, "__wrapped__") or copies_context(original):
-        return
-    patched = in_context(original)
-    for name, module in list(sys.modules.items()):
-        held = getattr(module, "__dict__", {}).get("asyncio_run")
-        if name.startswith("llama_index.") and held is original:
-            module.asyncio_run = patched  # type: ignore[attr-defined]
+        original: AsyncioRun | None = getattr(async_utils, "asyncio_run", None)
+        if original is None or hasattr(original, "__wrapped__") or copies_context(original):
+            return
+        patched = in_context(original)
+        for name, module in list(sys.modules.items()):
+            held = getattr(module, "__dict__", {}).get("asyncio_run")
+            if name.startswith("llama_index.") and held is original:
+                module.asyncio_run = patched  # type: ignore[attr-defined]
+    except Exception:  # a compatibility repair must not break the host's import
+        log.exception("agentreplay: could not make LlamaIndex's asyncio_run keep the context")

@@ -222,6 +222,22 @@ def test_unconsumed_steps_raise_missing_call_at_exit(any_store: Store) -> None:
         player.next("tool", "a", {})
 
 
+def test_missing_call_is_named_after_the_outermost_call(any_store: Store) -> None:
+    # what a call records inside it comes first (a call is recorded when it returns)
+    with any_store.record() as rec:
+        rec.record("llm", "m", {"p": 1}, "plan", path="agent/llm:m")
+        rec.record("random", "os.urandom", {"n": 4}, b"abcd",
+                   path="agent/tool:weather/random:os.urandom")
+        rec.record("tool", "weather", {"city": "Paris"}, "sunny", path="agent/tool:weather")
+        rec.record("time", "time.time", {}, 1.5, path="agent/time:time.time")
+    with pytest.raises(ReplayDivergence) as caught, any_store.replay(rec.run_id) as player:
+        player.next("llm", "m", {"p": 1}, path="agent/llm:m")
+    error = caught.value
+    assert (error.step, error.kind, error.name) == (3, "tool", "weather")
+    assert "3 recorded steps were never replayed: 2 (random 'os.urandom'), 3 (tool " \
+           "'weather'), 4 (time 'time.time')" in str(error)
+
+
 def test_missing_call_says_which_calls_ran_for_real(any_store: Store) -> None:
     # an adapter's tracker reports where calls started: a recorded step at such a path that
     # nobody asked for is a call that was not swapped for its replay backend

@@ -22,6 +22,7 @@ from agentreplay_langchain import (
     RecordingCallbackHandler,
     ReplayChatModel,
     instrument,
+    replay_tool_call,
     replay_tools,
 )
 from agentreplay_langchain._compat import LANGCHAIN_CORE_VERSION
@@ -43,11 +44,15 @@ def test_batch_of_eight_prompts_replays_each_answer_in_any_order(store: Store) -
 
 
 class Jitter(BaseCallbackHandler):
-    """A user's handler that takes a random while at each model start, so the batch's threads
-    reach their runs in a different order on every run."""
+    """A user's handler that takes a random while at each model and tool start, so the
+    threads of a batch or of parallel tool calls reach their runs in a different order on
+    every run."""
 
     def on_chat_model_start(self, *args: Any, **kwargs: Any) -> None:
         time.sleep(int.from_bytes(os.urandom(1), "big") / 25_500)  # up to 10 ms
+
+    def on_tool_start(self, *args: Any, **kwargs: Any) -> None:
+        time.sleep(int.from_bytes(os.urandom(1), "big") / 25_500)
 
 
 def _contents(replies: Sequence[Any]) -> list[str]:
@@ -150,3 +155,39 @@ def test_parallel_identical_tool_calls_get_their_own_results(store: Store) -> No
     with store.replay(rec.run_id) as player, instrument(player):
         replayed = tool_graph(replay_tools(player, make_tools(Counter()))).invoke(state())
     assert transcript(replayed["messages"]) == transcript(live["messages"])
+
+
+@pytest.mark.skipif(_version(LANGCHAIN_CORE_VERSION) < (1, 2),
+                    reason="on_tool_start gets the tool_call_id from langchain-core 1.2 on")
+@pytest.mark.parametrize("backend", ["replay_tools", "wrap_tool_call"])
+def test_identical_tool_calls_keep_their_results_untracked(store: Store, backend: str) -> None:
+    """Without `instrument(player)` the replayed model still gives each call the id it had,
+    and the replay tools find each call's recorded result by it, whatever thread comes
+    first."""
+    calls = [{"name": "weather", "args": {"city": "Paris"}, "id": f"call_{i}", "type": "tool_call"}
+             for i in range(4)]
+
+    def results(graph: Any, config: Any = None) -> dict[str, str]:
+        state = {"messages": [HumanMessage("hi"), AIMessage("", tool_calls=calls)]}
+        out = graph.invoke(state, config=config)
+        return {m.tool_call_id: str(m.content) for m in out["messages"] if m.type == "tool"}
+
+    with store.record(name="toolnode-untracked") as rec:
+        live = results(tool_graph(make_tools(Counter())),
+                       {"callbacks": [RecordingCallbackHandler(rec)]})
+    assert len(set(live.values())) == 4
+    for _ in range(5):  # each replay a new thread order
+        with store.replay(rec.run_id) as player:
+            if backend == "replay_tools":
+                graph = tool_graph(replay_tools(player, make_tools(Counter())))
+            else:
+                graph = tool_graph_wrapped(make_tools(Counter()), replay_tool_call(player))
+            assert results(graph, {"callbacks": [Jitter()], "max_concurrency": 4}) == live
+
+
+def tool_graph_wrapped(tools: Sequence[BaseTool], wrap: Any) -> Any:
+    graph = StateGraph(MessagesState)
+    graph.add_node("tools", ToolNode(tools, wrap_tool_call=wrap))
+    graph.add_edge(START, "tools")
+    graph.add_edge("tools", END)
+    return graph.compile()

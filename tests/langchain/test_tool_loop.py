@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -32,8 +33,10 @@ PLAN: Plan = [[("weather", {"city": "Paris"}), ("search", {"query": "louvre hour
 
 
 def tool_loop(model: Any, tools: Sequence[BaseTool], question: str,
-              config: RunnableConfig | None = None) -> list[BaseMessage]:
-    """The loop users write by hand: call the model, run the tools it asks for, repeat."""
+              config: RunnableConfig | None = None, *, narrate: bool = False
+              ) -> list[BaseMessage]:
+    """The loop users write by hand: call the model, run the tools it asks for, repeat;
+    `narrate`: also tell the model, in text, what it called (the arguments as JSON)."""
     by_name = {t.name: t for t in tools}
     bound = model.bind_tools(tools)
     messages: list[BaseMessage] = [HumanMessage(question)]
@@ -44,6 +47,9 @@ def tool_loop(model: Any, tools: Sequence[BaseTool], question: str,
             break
         for call in reply.tool_calls:
             messages.append(by_name[call["name"]].invoke(call, config=config))
+            if narrate:
+                messages.append(HumanMessage(f"you called {call['name']}"
+                                             f"({json.dumps(call['args'])}): {json.dumps(call)}"))
     return messages
 
 
@@ -146,3 +152,24 @@ def test_a_tool_left_real_in_replay_is_named_at_the_end(store: Store, tracked: b
     with store.replay(rec.run_id) as player, instrument(player):
         tool_loop(ReplayChatModel(player=player), replay_tools(player, [population]),
                   "how big is Paris?")
+
+
+@tool
+def scale(value: float, by: float) -> str:
+    """Scale a value (a local, deterministic computation)."""
+    return str(value * by)
+
+
+def test_tool_call_arguments_replay_in_the_models_key_order(store: Store) -> None:
+    # keys in an order sorting would change, at two levels (PostgreSQL's JSONB reorders too)
+    plan: Plan = [[("scale", {"value": 2.0, "by": 1.5, "zz_note": {"why": "x", "as": "y"}})]]
+    with store.record(name="key-order") as rec:
+        live = tool_loop(ScriptedChatModel(plan=plan), [scale], "scale it",
+                         {"callbacks": [RecordingCallbackHandler(rec)]}, narrate=True)
+    told = str(live[3].content)
+    assert '({"value": 2.0, "by": 1.5, "zz_note": {"why": "x", "as": "y"}})' in told
+    assert '{"name": "scale", "args": {"value"' in told
+    with store.replay(rec.run_id) as player:
+        again = tool_loop(ReplayChatModel(player=player), replay_tools(player, [scale]),
+                          "scale it", narrate=True)
+    assert transcript(again) == transcript(live)

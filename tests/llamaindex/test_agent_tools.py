@@ -4,8 +4,10 @@ replay tools that look like the originals."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
+from llama_index.core.agent.workflow import FunctionAgent, ToolCall, ToolCallResult
 from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.tools import FunctionTool, QueryEngineTool
 
@@ -105,3 +107,28 @@ def test_parts_left_real_in_a_tracked_replay_are_named_at_the_end(li_store: Stor
     assert error.step == real[0][0]
     assert "4 recorded steps were never replayed" in str(error)
     assert "; they ran for real in this replay, at the recorded paths," in str(error)
+
+
+def scale(value: int, by: int) -> int:
+    """Scale a value."""
+    return value * by
+
+
+async def tool_call_keys(llm: Any, tools: list[Any]) -> list[list[str]]:
+    """The argument names of each tool call the agent makes, in the order it sees them."""
+    agent = FunctionAgent(tools=tools, llm=llm, system_prompt="Use the tools.")
+    handler = agent.run(user_msg="Scale 3 by 4.")
+    seen = [list(event.tool_kwargs) async for event in handler.stream_events()
+            if isinstance(event, ToolCall) and not isinstance(event, ToolCallResult)]
+    await handler
+    return seen
+
+
+def test_tool_call_arguments_replay_in_the_models_key_order(li_store: Store) -> None:
+    tools = [FunctionTool.from_defaults(fn=scale)]  # parameters in an unsorted order
+    with li_store.record(name="key-order") as rec, instrument(rec):
+        live = asyncio.run(tool_call_keys(ToolCallingLLM(), tools))
+    assert live == [["value", "by"]]
+    with li_store.replay(rec.run_id) as player:  # from PostgreSQL, which reorders JSONB keys
+        again = asyncio.run(tool_call_keys(ReplayLLM(player), replay_tools(player, tools)))
+    assert again == live

@@ -4,13 +4,18 @@ runs) are recorded in the run of the code that made the call, on every supported
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextvars
+import sys
+import types
+from typing import Any
 
+import pytest
 from llama_index.core import async_utils
 from llama_index.core.tools import FunctionTool
 
 from agentreplay_core import Store
-from agentreplay_llamaindex import ReplayLLM, instrument
+from agentreplay_llamaindex import ReplayLLM, _loop_threads, instrument
 from tests.llamaindex.models import SampledLLM
 
 
@@ -59,3 +64,35 @@ def test_asyncio_run_keeps_the_callers_context_with_or_without_a_running_loop() 
         return async_utils.asyncio_run(read())  # type: ignore[no-any-return]
 
     assert asyncio.run(nested()) == ("caller", True)
+
+
+def test_install_repairs_an_asyncio_run_that_loses_the_context(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    def losing(coro: Any) -> Any:  # the 0.12/0.13 shape: a new loop in a bare thread
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+            return pool.submit(asyncio.run, coro).result()
+
+    holder = types.ModuleType("llama_index.agentreplay_test_holder")
+    holder.asyncio_run = losing  # type: ignore[attr-defined]  # imported by name
+    monkeypatch.setitem(sys.modules, holder.__name__, holder)
+    monkeypatch.setattr(async_utils, "asyncio_run", losing)
+    seen = contextvars.ContextVar("seen", default="unset")
+
+    async def read() -> str:
+        return seen.get()
+
+    async def nested(run: Any) -> str:
+        seen.set("caller")
+        return str(run(read()))
+
+    assert asyncio.run(nested(losing)) == "unset"
+    _loop_threads.install()
+    repairs: list[Any] = [async_utils.asyncio_run, holder.asyncio_run]
+    for repaired in repairs:
+        assert repaired is not losing and repaired.__wrapped__ is losing
+        assert asyncio.run(nested(repaired)) == "caller"
+    _loop_threads.install()  # once only
+    assert getattr(async_utils.asyncio_run, "__wrapped__", None) is losing
+
+    monkeypatch.delattr(async_utils, "asyncio_run")
+    _loop_threads.install()  # a LlamaIndex without it is left alone, and the import works

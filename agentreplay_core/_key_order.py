@@ -1,0 +1,66 @@
+"""The key order of dicts a model wrote (its tool calls' arguments), kept apart from them.
+
+Stored values are canonical JSON, whose objects have their keys sorted, and PostgreSQL's JSONB
+orders them its own way (shorter keys first): a dict comes back from a run log with its keys
+in another order than it had. Equal as a dict, but not as text: an agent that renders a tool
+call's arguments into its next prompt (`json.dumps(call["args"])`) sent the model's order
+live and would send another one in replay, a divergence that never happened. The adapters
+store the order of such dicts beside them (`key_order`, only where it is not the sorted
+order) and put it back when they serve them (`in_key_order`, which sorts the rest, so the
+order no longer depends on the store).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: the spec of a dict: {"keys": [its keys in order], "inner": {key: spec of that value}};
+#: of a list: {"items": {"index": spec of that item}}; only the parts that need one
+KEYS, INNER, ITEMS = "keys", "inner", "items"
+
+
+def key_order(value: Any) -> dict[str, Any] | None:
+    """The spec that restores the key order of the dicts in `value` (JSON data), or None if
+    all of them are in sorted order (or have keys that do not sort)."""
+    kind = type(value)
+    if kind is dict:
+        spec: dict[str, Any] = {}
+        inner = {k: s for k, v in value.items() if (s := key_order(v)) is not None}
+        keys = list(value)
+        try:
+            if keys != sorted(keys):
+                spec[KEYS] = keys
+        except TypeError:  # keys of mixed types have no sorted order: nothing to restore
+            return None
+        if inner:
+            spec[INNER] = inner
+        return spec or None
+    if kind is list:
+        items = {str(i): s for i, v in enumerate(value) if (s := key_order(v)) is not None}
+        return {ITEMS: items} if items else None
+    return None
+
+
+def in_key_order(value: Any, spec: Any) -> Any:
+    """`value` (decoded, owned by the caller) with the dicts in the order `spec` gives, and
+    every dict without one in sorted order. A spec that does not fit (a damaged or edited
+    recording) is ignored, never trusted to add or drop keys."""
+    kind = type(value)
+    if kind is dict:
+        keys = spec.get(KEYS) if type(spec) is dict else None
+        if type(keys) is not list or len(keys) != len(value) or not all(
+                type(k) is str for k in keys) or set(keys) != set(value):
+            try:
+                keys = sorted(value)
+            except TypeError:
+                keys = list(value)
+        inner = spec.get(INNER) if type(spec) is dict else None
+        if type(inner) is not dict:
+            inner = {}
+        return {k: in_key_order(value[k], inner.get(k)) for k in keys}
+    if kind is list:
+        items = spec.get(ITEMS) if type(spec) is dict else None
+        if type(items) is not dict:
+            items = {}
+        return [in_key_order(v, items.get(str(i))) for i, v in enumerate(value)]
+    return value

@@ -1,0 +1,45 @@
+"""The key order of a model's tool-call arguments survives every store (which sort keys)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from agentreplay_core import Store
+from agentreplay_core._key_order import in_key_order, key_order
+
+ARGS: dict[str, Any] = {"query": "flights", "max_results": 3, "filters": {
+    "to": "LYS", "from": "CDG", "legs": [{"z": 1, "a": 2}, {"a": 1, "z": 2}, 7]},
+    "bb": True, "a": None}
+
+
+def test_the_order_of_every_dict_comes_back_from_each_store(any_store: Store) -> None:
+    with any_store.record() as rec:
+        rec.record("tool", "plan", {}, {"args": ARGS, "order": key_order(ARGS)})
+    [step] = any_store.load_steps(rec.run_id)
+    stored = step.output
+    assert json.dumps(stored["args"]) != json.dumps(ARGS)  # the store does not keep it
+    assert json.dumps(in_key_order(stored["args"], stored["order"])) == json.dumps(ARGS)
+
+
+def test_sorted_dicts_need_no_spec_and_come_back_sorted() -> None:
+    assert key_order({"a": 1, "b": {"c": 1, "d": [{"e": 1, "f": 2}]}}) is None
+    assert key_order([1, "x", None]) is None
+    # a store's own order (JSONB puts shorter keys first) is not kept either
+    assert list(in_key_order({"bb": 1, "a": 2, "c": 3}, None)) == ["a", "bb", "c"]
+
+
+def test_a_spec_that_does_not_fit_is_ignored() -> None:
+    value = {"b": 1, "a": 2}
+    damaged: Any
+    for damaged in ({"keys": ["b", "a", "c"]}, {"keys": ["b"]}, {"keys": "ba"},
+                    {"keys": [["b"], "a"]}, {"keys": ["b", "b"]}, "keys", 7,
+                    {"inner": []}, {"items": {"0": 1}}):
+        assert json.dumps(in_key_order(value, damaged)) == '{"a": 2, "b": 1}'
+    assert in_key_order([{"b": 1, "a": 2}], {"items": []}) == [{"a": 2, "b": 1}]
+
+
+def test_keys_that_do_not_sort_are_left_as_they_are() -> None:
+    mixed: dict[Any, Any] = {2: "two", "one": 1}
+    assert key_order(mixed) is None
+    assert list(in_key_order(mixed, None)) == [2, "one"]
