@@ -84,6 +84,12 @@ def _within(path: str, ran: Collection[str]) -> bool:
     return False
 
 
+def _listed(steps: Sequence[Step]) -> str:
+    """The first ten steps as `N (kind 'name')`, and how many more."""
+    listing = ", ".join(f"{s.step} ({s.kind} {s.name!r})" for s in steps[:10])
+    return listing + (f" and {len(steps) - 10} more" if len(steps) > 10 else "")
+
+
 def missing_calls(run_id: UUID, missing: Sequence[Step],
                   ran: Collection[str] = ()) -> ReplayDivergence:
     """The error for recorded steps the replay never asked for; `ran`: the paths where a
@@ -93,16 +99,12 @@ def missing_calls(run_id: UUID, missing: Sequence[Step],
     paths = {s.path for s in missing if s.path}
     first = next((s for s in missing
                   if not s.path or not _within(s.path.rpartition("/")[0], paths)), missing[0])
-    listing = ", ".join(f"{s.step} ({s.kind} {s.name!r})" for s in missing[:10])
-    more = f" and {len(missing) - 10} more" if len(missing) > 10 else ""
     detail = (f"{counted(len(missing), 'recorded step')} "
-              f"{'was' if len(missing) == 1 else 'were'} never replayed: {listing}{more}; ")
+              f"{'was' if len(missing) == 1 else 'were'} never replayed: {_listed(missing)}; ")
     live = [s for s in missing if s.path and _within(s.path, ran)]
     if live:
         one = len(live) == 1
-        who = ("it" if one else "they") if len(live) == len(missing) else \
-            ", ".join(f"{s.step} ({s.kind} {s.name!r})" for s in live[:10]) + \
-            (" and more" if len(live) > 10 else "")
+        who = ("it" if one else "they") if len(live) == len(missing) else _listed(live)
         detail += (f"{who} ran for real in this replay, at the recorded "
                    f"path{'' if one else 's'}, instead of being served from the recording: "
                    "give the replay the replay backend of "

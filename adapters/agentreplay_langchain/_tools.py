@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import re
 import weakref
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextvars import ContextVar
@@ -25,7 +24,7 @@ from agentreplay_core._recorded_errors import error_to_record
 from agentreplay_langchain._compat import keep_signatures, tool_start_inputs
 from agentreplay_langchain._convert import dump, revive
 from agentreplay_langchain._requests import tool_request
-from agentreplay_langchain._tree import tracked_path
+from agentreplay_langchain._tree import call_id_of, tracked_path
 
 
 @dataclass
@@ -36,7 +35,6 @@ class _Invocation:
     served: bool = False
 
 
-_CALL_ID = re.compile(r"[\[,]call:([^,\]]+)[,\]]")
 _call_paths: weakref.WeakKeyDictionary[Player, dict[str, str]] = weakref.WeakKeyDictionary()
 
 
@@ -49,11 +47,9 @@ def call_paths(player: Player) -> dict[str, str]:
     if found is None:
         found = {}
         for step in player.steps:
-            if step.kind == "tool" and "call:" in step.path:
-                last = step.path.rpartition("/")[2]
-                match = _CALL_ID.search(last)
-                if match:
-                    found.setdefault(match.group(1), step.path)
+            call_id = call_id_of(step.path) if step.kind == "tool" else None
+            if call_id is not None:
+                found.setdefault(call_id, step.path)
         _call_paths[player] = found
     return found
 

@@ -25,6 +25,14 @@ _POSITIONAL = re.compile(r"^[a-z_]+:[a-z_]+:")
 #: them (an embedding call, a model's own clock or random reads) is replayed with them
 BOUNDARY_TYPES = frozenset({"tool", "retriever", "chat_model", "llm"})
 _NO_TAGS: frozenset[str] = frozenset()
+#: the tool call id a tool run's segment carries (`tool:weather[seq:step:1,call:ID]`)
+_CALL_ID = re.compile(r"[\[,]call:([^,\]]+)[,\]]")
+
+
+def call_id_of(path: str) -> str | None:
+    """The tool call id in the last segment of `path`, as `_enter` put it there; else None."""
+    match = _CALL_ID.search(path.rpartition("/")[2]) if "call:" in path else None
+    return match.group(1) if match else None
 
 
 class _Node:

@@ -125,9 +125,9 @@ def test_identical_calls_in_parallel_branches_get_their_own_answers(store: Store
     assert replayed["b"].content == live["b"].content
 
 
-def tool_graph(tools: Sequence[BaseTool]) -> Any:
+def tool_graph(tools: Sequence[BaseTool], wrap: Any = None) -> Any:
     graph = StateGraph(MessagesState)
-    graph.add_node("tools", ToolNode(tools))
+    graph.add_node("tools", ToolNode(tools, wrap_tool_call=wrap) if wrap else ToolNode(tools))
     graph.add_edge(START, "tools")
     graph.add_edge("tools", END)
     return graph.compile()
@@ -181,13 +181,6 @@ def test_identical_tool_calls_keep_their_results_untracked(store: Store, backend
             if backend == "replay_tools":
                 graph = tool_graph(replay_tools(player, make_tools(Counter())))
             else:
-                graph = tool_graph_wrapped(make_tools(Counter()), replay_tool_call(player))
+                graph = tool_graph(make_tools(Counter()), replay_tool_call(player))
             assert results(graph, {"callbacks": [Jitter()], "max_concurrency": 4}) == live
 
-
-def tool_graph_wrapped(tools: Sequence[BaseTool], wrap: Any) -> Any:
-    graph = StateGraph(MessagesState)
-    graph.add_node("tools", ToolNode(tools, wrap_tool_call=wrap))
-    graph.add_edge(START, "tools")
-    graph.add_edge("tools", END)
-    return graph.compile()
