@@ -86,7 +86,7 @@ class RecordingSpanHandler(BaseSpanHandler[SimpleSpan]):
     def new_span(self, id_: str, bound_args: inspect.BoundArguments,
                  instance: Any | None = None, parent_span_id: str | None = None,
                  tags: dict[str, Any] | None = None, **kwargs: Any) -> SimpleSpan | None:
-        self._session.enter(id_, parent_span_id, instance)
+        self._session.enter(id_, parent_span_id, instance, bound_args)
         return None  # the base class keeps no span objects for us: nothing to leak
 
     def prepare_to_exit_span(self, id_: str, bound_args: inspect.BoundArguments,

@@ -116,8 +116,9 @@ class _HandlerSpans:
     def __init__(self, handler: BaseSpanHandler[Any]) -> None:
         self.handler = handler
 
-    def enter(self, span_id: str, parent_id: str | None, instance: Any) -> None:
-        self.handler.span_enter(id_=span_id, bound_args=_NO_ARGS, instance=instance,
+    def enter(self, span_id: str, parent_id: str | None, instance: Any,
+              bound: inspect.BoundArguments) -> None:
+        self.handler.span_enter(id_=span_id, bound_args=bound, instance=instance,
                                 parent_id=parent_id)
 
     def exit(self, span_id: str, bound: inspect.BoundArguments, result: Any) -> None:
@@ -126,9 +127,6 @@ class _HandlerSpans:
     def drop(self, span_id: str, bound: inspect.BoundArguments, err: BaseException | None
              ) -> None:
         self.handler.span_drop(id_=span_id, bound_args=bound, err=err)
-
-
-_NO_ARGS = inspect.signature(lambda: None).bind()
 
 
 def _sink_of(handler: BaseSpanHandler[Any] | None) -> SpanSink | None:

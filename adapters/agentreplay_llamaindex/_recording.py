@@ -43,6 +43,7 @@ from agentreplay_llamaindex._convert import (
 )
 from agentreplay_llamaindex._llm_calls import LlmRecorder
 from agentreplay_llamaindex._tree import EMBEDDING_ENTRY_POINTS, SpanInfo, SpanTree
+from agentreplay_llamaindex._workflow_state import changed_since, context_in, snapshot
 
 log = logging.getLogger("agentreplay.llamaindex")
 
@@ -71,6 +72,8 @@ class RecordingSession:
         self._rerank: dict[str, dict[str, Any]] = {}
         #: span id -> the token that set the core's current path to its path
         self._paths: dict[str, Token[str]] = {}
+        #: span id of a tool given the workflow Context -> (the Context, its state before)
+        self._states: dict[str, tuple[Any, dict[str, Any]]] = {}
 
     def failed(self, where: str) -> None:
         self.recorder.stats.internal_errors += 1
@@ -122,8 +125,17 @@ class RecordingSession:
                              started_at=started["started"],
                              duration_ms=(time.perf_counter() - started["t0"]) * 1000.0)
 
-    def tool_done(self, info: SpanInfo | None, bound: inspect.BoundArguments, result: Any,
-                  err: BaseException | None) -> None:
+    def tool_started(self, span_id: str, bound: inspect.BoundArguments) -> None:
+        """A tool given the workflow Context: keep the state it starts from."""
+        ctx = context_in(bound)
+        if ctx is not None:
+            before = snapshot(ctx)
+            if before is not None:
+                self._states[span_id] = (ctx, before)
+
+    def tool_done(self, span_id: str, info: SpanInfo | None, bound: inspect.BoundArguments,
+                  result: Any, err: BaseException | None) -> None:
+        state = self._states.pop(span_id, None) if self._states else None
         if info is None or info.owner != "tool" or info.nested:
             return
         request = tool_request(bound.args, bound.kwargs)
@@ -131,8 +143,12 @@ class RecordingSession:
             self.recorder.record("tool", info.name, request, error_to_record(err),
                                  is_error=True, path=info.path, **info.timing())
         elif result is not None and not inspect.isawaitable(result):
-            self.recorder.record("tool", info.name, request, tool_output_for_storage(result),
-                                 path=info.path, **info.timing())
+            output = tool_output_for_storage(result)
+            changed = changed_since(*state) if state is not None else None
+            if changed is not None:
+                output["workflow_state"] = changed
+            self.recorder.record("tool", info.name, request, output, path=info.path,
+                                 **info.timing())
 
     def embedding_failed(self, span_id: str, bound: inspect.BoundArguments,
                          err: BaseException) -> None:
@@ -169,7 +185,8 @@ class RecordingSession:
         except Exception:
             self.failed(type(event).__name__)
 
-    def enter(self, span_id: str, parent_id: str | None, instance: Any) -> None:
+    def enter(self, span_id: str, parent_id: str | None, instance: Any,
+              bound: inspect.BoundArguments) -> None:
         try:
             info = self.tree.enter(span_id, parent_id, instance)
             if info.owner == "llm" and info.parent is not None:
@@ -178,6 +195,8 @@ class RecordingSession:
             if info.owner in _BOUNDARY_OWNERS and not (info.nested or info.inner):
                 # LlamaIndex enters and exits a span in the context its code runs in
                 self._paths[span_id] = _current_path.set(info.path)
+                if info.owner == "tool":
+                    self.tool_started(span_id, bound)
         except Exception:
             self.failed("span start")
 
@@ -195,7 +214,7 @@ class RecordingSession:
             self._left(span_id)
             info = self.tree.exited(span_id)
             if info is not None and info.owner == "tool":
-                self.tool_done(info, bound, result, None)
+                self.tool_done(span_id, info, bound, result, None)
         except Exception:
             self.failed("span end")
 
@@ -204,7 +223,7 @@ class RecordingSession:
         try:
             self._left(span_id)
             error = err if err is not None else RuntimeError("span dropped without an error")
-            self.tool_done(self.tree.get(span_id), bound, None, error)
+            self.tool_done(span_id, self.tree.get(span_id), bound, None, error)
             if self.llm.is_open(span_id):  # a non-streaming LLM call that raised
                 self.llm.failed(span_id, error, streaming=False)
             self.embedding_failed(span_id, bound, error)

@@ -17,6 +17,8 @@ from typing import Any
 
 from llama_index.core.tools.types import AsyncBaseTool, BaseTool, ToolMetadata, ToolOutput
 
+from agentreplay_llamaindex._context_tools import TakesContext, context_param
+
 
 class RecordingTool(AsyncBaseTool):
     """Wraps a tool; `acall` runs a sync tool in a thread with the caller's context copied
@@ -47,6 +49,20 @@ class RecordingTool(AsyncBaseTool):
         return await asyncio.get_running_loop().run_in_executor(None, context.run, call)
 
 
+class RecordingContextTool(RecordingTool, TakesContext):
+    """A `RecordingTool` around a tool that takes the workflow Context, which agents pass
+    it (and it passes on)."""
+
+
 def recording_tools(tools: Sequence[BaseTool]) -> list[RecordingTool]:
-    """`RecordingTool` around each of `tools`."""
-    return [RecordingTool(tool) for tool in tools]
+    """`RecordingTool` around each of `tools` (taking the Context where the tool does)."""
+    made: list[RecordingTool] = []
+    for tool in tools:
+        param = context_param(tool)
+        if param is None:
+            made.append(RecordingTool(tool))
+        else:
+            wrapper = RecordingContextTool(tool)
+            wrapper.takes_context(param)
+            made.append(wrapper)
+    return made

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from llama_index.core.async_utils import asyncio_run
 from llama_index.core.tools.types import AsyncBaseTool, BaseTool, ToolMetadata, ToolOutput
 
 from agentreplay_core import Player
 from agentreplay_core._player import checked_player
+from agentreplay_llamaindex._compat import is_workflow_context
+from agentreplay_llamaindex._context_tools import TakesContext, context_param
 from agentreplay_llamaindex._convert import (
     tool_output_for_storage,
     tool_output_from_storage,
@@ -16,6 +20,9 @@ from agentreplay_llamaindex._convert import (
 )
 from agentreplay_llamaindex._live import aserve, serve
 from agentreplay_llamaindex._tracking import replay_path
+from agentreplay_llamaindex._workflow_state import apply, changed_since, snapshot
+
+log = logging.getLogger("agentreplay.llamaindex")
 
 
 class ReplayTool(AsyncBaseTool):
@@ -25,6 +32,10 @@ class ReplayTool(AsyncBaseTool):
 
     With `live` (the original tool) and `store.replay(..., on_divergence="live")`, calls from
     the first divergence on run the original and are recorded into the forked run.
+
+    What the recorded tool wrote to the workflow's state (`ctx.store`) is written again into
+    the Context the call is given (`replay_tools` makes the stand-in of a tool that takes the
+    Context one that agents pass it to).
     """
 
     def __init__(self, player: Player, metadata: ToolMetadata,
@@ -39,11 +50,15 @@ class ReplayTool(AsyncBaseTool):
 
     def call(self, *args: Any, **kwargs: Any) -> ToolOutput:
         tool = self._live
+        served: list[Mapping[str, Any]] = []
         output: ToolOutput = serve(
             self._player, "tool", self._metadata.get_name(), tool_request(args, kwargs),
             live=None if tool is None else lambda: tool(*args, **kwargs),
-            to_step=tool_output_for_storage, from_step=tool_output_from_storage,
+            to_step=_storing(args, kwargs, tool), from_step=_keeping(served),
             path=replay_path())
+        changes = self._state_changes(served, args, kwargs)
+        if changes is not None:
+            asyncio_run(apply(*changes))
         return output
 
     async def acall(self, *args: Any, **kwargs: Any) -> ToolOutput:
@@ -55,10 +70,65 @@ class ReplayTool(AsyncBaseTool):
                 return await tool.acall(*args, **kwargs)
             return tool(*args, **kwargs)
 
-        return await aserve(self._player, "tool", self._metadata.get_name(),
-                            tool_request(args, kwargs), live=None if tool is None else run,
-                            to_step=tool_output_for_storage,
-                            from_step=tool_output_from_storage, path=replay_path())
+        served: list[Mapping[str, Any]] = []
+        output: ToolOutput = await aserve(
+            self._player, "tool", self._metadata.get_name(), tool_request(args, kwargs),
+            live=None if tool is None else run, to_step=_storing(args, kwargs, tool),
+            from_step=_keeping(served), path=replay_path())
+        changes = self._state_changes(served, args, kwargs)
+        if changes is not None:
+            await apply(*changes)
+        return output
+
+    def _state_changes(self, served: list[Mapping[str, Any]], args: tuple[Any, ...],
+                       kwargs: dict[str, Any]) -> tuple[Any, Any] | None:
+        """The Context and the state changes to write into it, if the served step has any
+        (a call that went live changed the state itself)."""
+        recorded = served[0].get("workflow_state") if served else None
+        if not recorded:
+            return None
+        ctx = _context_of(args, kwargs)
+        if ctx is None:
+            log.warning(
+                "agentreplay: run %s: tool %r changed the workflow state when recorded, but "
+                "its replay stand-in was given no workflow Context to change: the replay's "
+                "state differs from here on (make the stand-in with replay_tools(), which "
+                "agents pass the Context to)", self._player.run_id, self._metadata.get_name())
+            return None
+        return ctx, recorded
+
+
+def _storing(args: tuple[Any, ...], kwargs: dict[str, Any], live: BaseTool | None
+             ) -> Callable[[ToolOutput], dict[str, Any]]:
+    """How a call that went live is recorded into the forked run: as a recording records it,
+    with what it wrote to the workflow's state (compared with the state before the call)."""
+    ctx = _context_of(args, kwargs) if live is not None else None
+    before = snapshot(ctx) if ctx is not None else None
+
+    def store(output: ToolOutput) -> dict[str, Any]:
+        stored = tool_output_for_storage(output)
+        changed = changed_since(ctx, before) if before is not None else None
+        if changed is not None:
+            stored["workflow_state"] = changed
+        return stored
+    return store
+
+
+def _context_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any | None:
+    return next((v for v in (*args, *kwargs.values()) if is_workflow_context(v)), None)
+
+
+def _keeping(served: list[Mapping[str, Any]]) -> Callable[[Mapping[str, Any]], ToolOutput]:
+    """`tool_output_from_storage` that also keeps the step it read."""
+    def read(stored: Mapping[str, Any]) -> ToolOutput:
+        served.append(stored)
+        return tool_output_from_storage(stored)
+    return read
+
+
+class ReplayContextTool(ReplayTool, TakesContext):
+    """A `ReplayTool` for a tool that takes the workflow Context: agents pass the Context
+    only to a `FunctionTool` that says it takes one, and this one says so."""
 
 
 def replay_tools(player: Player, tools: Sequence[BaseTool], *, live: bool = True
@@ -66,6 +136,17 @@ def replay_tools(player: Player, tools: Sequence[BaseTool], *, live: bool = True
     """Replay stand-ins for `tools`: same name, description and schema, recorded results.
 
     The originals run only in a replay opened with `on_divergence="live"`, from the first
-    divergence on (`live=False`: never).
+    divergence on (`live=False`: never). The stand-in of a tool that takes the workflow
+    Context takes it too, and writes what the tool wrote to the workflow's state.
     """
-    return [ReplayTool(player, tool.metadata, tool if live else None) for tool in tools]
+    made: list[ReplayTool] = []
+    for tool in tools:
+        param = context_param(tool)
+        original = tool if live else None
+        if param is None:
+            made.append(ReplayTool(player, tool.metadata, original))
+        else:
+            stand_in = ReplayContextTool(player, tool.metadata, original)
+            stand_in.takes_context(param)
+            made.append(stand_in)
+    return made

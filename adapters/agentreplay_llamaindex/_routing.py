@@ -36,7 +36,8 @@ if TYPE_CHECKING:
 class SpanSink(Protocol):
     """Where an instrumentation's spans go: plain calls, no pydantic handler in between."""
 
-    def enter(self, span_id: str, parent_id: str | None, instance: Any) -> None: ...
+    def enter(self, span_id: str, parent_id: str | None, instance: Any,
+              bound: inspect.BoundArguments) -> None: ...
 
     def exit(self, span_id: str, bound: inspect.BoundArguments, result: Any) -> None: ...
 
@@ -131,7 +132,7 @@ class RoutingSpanHandler(SpanlessHandler):
         if found is not None:
             spans = found.spans  # None once closed
             if spans is not None:
-                spans.enter(id_, parent_id, instance)
+                spans.enter(id_, parent_id, instance, bound_args)
 
     def span_exit(self, id_: str, bound_args: inspect.BoundArguments,
                   instance: Any | None = None, result: Any | None = None,

@@ -56,7 +56,8 @@ class TreeSpans:
         #: end says why
         self.player = player
 
-    def enter(self, span_id: str, parent_id: str | None, instance: Any) -> None:
+    def enter(self, span_id: str, parent_id: str | None, instance: Any,
+              bound: inspect.BoundArguments) -> None:
         try:
             info = self.tree.enter(span_id, parent_id, instance)
             if self.player is not None and (
@@ -94,7 +95,7 @@ class TrackingSpanHandler(BaseSpanHandler[SimpleSpan]):
     def new_span(self, id_: str, bound_args: inspect.BoundArguments,
                  instance: Any | None = None, parent_span_id: str | None = None,
                  tags: dict[str, Any] | None = None, **kwargs: Any) -> SimpleSpan | None:
-        self._spans.enter(id_, parent_span_id, instance)
+        self._spans.enter(id_, parent_span_id, instance, bound_args)
         return None
 
     def prepare_to_exit_span(self, id_: str, bound_args: inspect.BoundArguments,

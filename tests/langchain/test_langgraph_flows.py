@@ -1,21 +1,30 @@
 """LangGraph flows beyond one invoke: a human-in-the-loop interrupt resumed by a second
-invocation of the same thread, and a compiled graph used as a node of another."""
+invocation of the same thread, a compiled graph used as a node of another, and a tool that
+writes the graph's state by returning a `Command`."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import operator
+import os
+from typing import Annotated, Any
 
 import pytest
-from langchain_core.messages import HumanMessage
+from langchain_core.messages import HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
-from langchain_core.tools import BaseTool
+from langchain_core.tools import BaseTool, InjectedToolCallId, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.types import Command, interrupt
 
 from agentreplay_core import ReplayDivergence, Store
-from agentreplay_langchain import ReplayChatModel, instrument, replay_tools
+from agentreplay_langchain import (
+    RecordingCallbackHandler,
+    ReplayChatModel,
+    instrument,
+    replay_tools,
+)
 from tests.langchain.fakes import Counter, ScriptedChatModel, make_tools
 
 
@@ -144,3 +153,47 @@ def test_graph_events_replay_one_for_one_under_the_live_model_name(store: Store)
         again = asyncio.run(graph_events(ReplayChatModel(player=player,
                                                          name="ScriptedChatModel")))
     assert again == live
+
+
+class NotesState(MessagesState):
+    notes: Annotated[list[str], operator.add]
+
+
+@tool
+def remember(topic: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> Command:
+    """Keep a note on the topic in the graph's state."""
+    note = f"{topic}:{os.urandom(4).hex()}"  # the tool's own, unrepeatable result
+    return Command(update={"notes": [note], "messages": [
+        ToolMessage(f"noted {topic}", tool_call_id=tool_call_id)]})
+
+
+def notes_graph(model: Any, tools: Any) -> Any:
+    """A LangGraph agent whose tool writes the graph's state by returning a `Command`, the
+    LangGraph way (an `AgentWorkflow` tool writes `ctx.store` instead)."""
+    bound = model.bind_tools([remember])
+
+    def agent(state: NotesState, config: RunnableConfig) -> dict[str, Any]:
+        return {"messages": [bound.invoke(state["messages"], config)]}
+
+    graph = StateGraph(NotesState)
+    graph.add_node("agent", agent)
+    graph.add_node("tools", ToolNode(tools))
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", tools_condition)
+    graph.add_edge("tools", "agent")
+    return graph.compile()
+
+
+def test_a_tool_that_updates_the_graph_state_by_command_replays_it(store: Store) -> None:
+    model = ScriptedChatModel(plan=[[("remember", {"topic": "cats"}),
+                                     ("remember", {"topic": "dogs"})]])
+    ask = {"messages": [HumanMessage("take notes")], "notes": []}
+    with store.record(name="command") as rec:
+        live = notes_graph(model, [remember]).invoke(
+            ask, {"callbacks": [RecordingCallbackHandler(rec)]})
+    assert sorted(n.split(":")[0] for n in live["notes"]) == ["cats", "dogs"]
+    with store.replay(rec.run_id) as player, instrument(player):
+        again = notes_graph(ReplayChatModel(player=player),
+                            replay_tools(player, [remember])).invoke(ask)
+    assert again["notes"] == live["notes"]  # the recorded notes, not new ones
+    assert [m.content for m in again["messages"]] == [m.content for m in live["messages"]]
