@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import re
 from typing import Any
@@ -68,5 +69,23 @@ def error_from_record(record: Any) -> BaseException:
         except Exception:
             exc = None
         if exc is not None and str(exc) == message:
-            return exc
-    return ReplayedError(type_name, message, module if isinstance(module, str) else None)
+            return _keeping(exc, record)
+    return _keeping(ReplayedError(type_name, message, module if isinstance(module, str) else None),
+                    record)
+
+
+#: the attribute a rebuilt exception keeps its record in, for adapters that recorded more
+#: than the exception's type and message (LangGraph's interrupts)
+_RECORD = "_agentreplay_record"
+
+
+def _keeping(exc: BaseException, record: dict[str, Any]) -> BaseException:
+    with contextlib.suppress(Exception):  # an exception class with __slots__ keeps none
+        setattr(exc, _RECORD, record)
+    return exc
+
+
+def recorded_error(exc: BaseException) -> dict[str, Any] | None:
+    """The record `exc` was rebuilt from by `error_from_record`, if it was."""
+    record = getattr(exc, _RECORD, None)
+    return record if isinstance(record, dict) else None

@@ -18,6 +18,7 @@ from agentreplay_core import Recorder, SerializationError, encode
 from agentreplay_core._recorded_errors import error_to_record
 from agentreplay_core._stable_repr import stable_repr
 from agentreplay_langchain._convert import dump
+from agentreplay_langchain._interrupts import tool_error_record
 from agentreplay_langchain._requests import (
     chat_request,
     llm_request,
@@ -230,7 +231,7 @@ class RecordingCallbackHandler(RunTreeTracker):
 
     @_guarded
     def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
-        self._finish(run_id, error_to_record(error), is_error=True)
+        self._finish(run_id, tool_error_record(error), is_error=True)
 
     # -- retrievers ------------------------------------------------------------------------
 

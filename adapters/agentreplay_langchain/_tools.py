@@ -23,6 +23,7 @@ from agentreplay_core import Player
 from agentreplay_core._recorded_errors import error_to_record
 from agentreplay_langchain._compat import keep_signatures, tool_start_inputs
 from agentreplay_langchain._convert import dump, revive
+from agentreplay_langchain._interrupts import pause_again
 from agentreplay_langchain._requests import tool_request
 from agentreplay_langchain._tree import call_id_of, tracked_path
 
@@ -106,7 +107,12 @@ class ReplayTool(BaseTool):
         if path is None and invocation.tool_call_id is not None:
             path = call_paths(self.player).get(invocation.tool_call_id)
         live = self._live_call(invocation) if self.live is not None else None
-        output = self.player.next("tool", self.name, invocation.request, path=path, live=live)
+        try:
+            output = self.player.next("tool", self.name, invocation.request, path=path,
+                                      live=live)
+        except Exception as replayed:
+            pause_again(replayed)  # a LangGraph interrupt pauses the graph as it did
+            raise
         result = revive(output["result"]) if isinstance(output, dict) else output
         artifacts = self.response_format == "content_and_artifact"
         if isinstance(result, ToolMessage):

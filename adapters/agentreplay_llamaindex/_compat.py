@@ -59,6 +59,25 @@ def _workflow_context_type() -> type | None:
 _CONTEXT_TYPE = _workflow_context_type()
 
 
+def _suspension_type() -> type | None:
+    # llama-index-workflows 2.9 suspends a step that waits for an event (a person's answer to
+    # a tool's question) by raising this, and runs the step again once the event arrives:
+    # the tool is called twice, and the first call ends in no result of its own
+    try:
+        from workflows.runtime.types.results import WaitingForEvent
+    except ImportError:
+        return None
+    return WaitingForEvent if isinstance(WaitingForEvent, type) else None
+
+
+_SUSPENSION_TYPE = _suspension_type()
+
+
+def is_workflow_suspension(err: BaseException | None) -> bool:
+    """Whether `err` is the workflow pausing a step to wait for an event, not a failure."""
+    return _SUSPENSION_TYPE is not None and isinstance(err, _SUSPENSION_TYPE)
+
+
 def is_workflow_context(value: Any) -> bool:
     return _CONTEXT_TYPE is not None and isinstance(value, _CONTEXT_TYPE)
 

@@ -35,6 +35,7 @@ from llama_index.core.instrumentation.events.retrieval import RetrievalEndEvent
 from agentreplay_core import Recorder
 from agentreplay_core._keys import _current_path, join_path
 from agentreplay_core._recorded_errors import error_to_record
+from agentreplay_llamaindex._compat import is_workflow_suspension
 from agentreplay_llamaindex._convert import (
     nodes_json,
     query_text,
@@ -136,8 +137,8 @@ class RecordingSession:
     def tool_done(self, span_id: str, info: SpanInfo | None, bound: inspect.BoundArguments,
                   result: Any, err: BaseException | None) -> None:
         state = self._states.pop(span_id, None) if self._states else None
-        if info is None or info.owner != "tool" or info.nested:
-            return
+        if info is None or info.owner != "tool" or info.nested or is_workflow_suspension(err):
+            return  # (a suspended call is run again when its event arrives: that one counts)
         request = tool_request(bound.args, bound.kwargs)
         if err is not None:
             self.recorder.record("tool", info.name, request, error_to_record(err),

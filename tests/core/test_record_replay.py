@@ -18,6 +18,7 @@ from agentreplay_core import (
     Store,
     path_scope,
 )
+from agentreplay_core._recorded_errors import recorded_error
 
 
 def weather(city: str) -> dict[str, object]:
@@ -83,6 +84,25 @@ def test_unimportable_error_type_becomes_replayed_error(any_store: Store) -> Non
         player.next("tool", "t", {})
     assert caught.value.type_name == "Gone"
     assert "it broke" in str(caught.value)
+
+
+def test_a_replayed_error_keeps_what_an_adapter_recorded_beside_it(any_store: Store) -> None:
+    """Adapters record more than type and message for some errors (LangGraph's interrupt
+    values): the rebuilt exception, of the recorded class or not, hands them back."""
+    gone = {"type": "Gone", "module": "no_such_module_x", "message": "x", "extra": [1]}
+    value = {"type": "ValueError", "module": "builtins", "message": "bad", "args": ["bad"],
+             "extra": {"k": "v"}}
+    with any_store.record() as rec:
+        rec.record("tool", "gone", {}, gone, is_error=True)
+        rec.record("tool", "value", {}, value, is_error=True)
+    with any_store.replay(rec.run_id) as player:
+        with pytest.raises(ReplayedError) as replayed:
+            player.next("tool", "gone", {})
+        with pytest.raises(ValueError) as rebuilt:
+            player.next("tool", "value", {})
+    assert recorded_error(replayed.value) == gone
+    assert recorded_error(rebuilt.value) == value
+    assert recorded_error(ValueError("never recorded")) is None
 
 
 def test_user_exception_propagates_unchanged_and_run_is_failed(any_store: Store) -> None:

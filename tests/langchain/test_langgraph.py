@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage
+from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
@@ -37,19 +38,22 @@ PLAN: Plan = [[("weather", {"city": "Paris"}), ("weather", {"city": "Rome"}),
 UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
-def build_graph(model: Any, tool_node: ToolNode, tools: Sequence[BaseTool]) -> Any:
+def build_graph(model: Any, tool_node: ToolNode, tools: Sequence[BaseTool], *,
+                state: Any = MessagesState, checkpointer: Any = None) -> Any:
+    """The agent loop: the model, then its tool calls on `tool_node`, until it answers."""
     bound = model.bind_tools(tools)
 
-    def agent(state: MessagesState) -> dict[str, Any]:
-        return {"messages": [bound.invoke(state["messages"])]}
+    # the node passes its config on: Python 3.10's executors do not carry the context
+    def agent(state: MessagesState, config: RunnableConfig) -> dict[str, Any]:
+        return {"messages": [bound.invoke(state["messages"], config)]}
 
-    graph = StateGraph(MessagesState)
+    graph = StateGraph(state)
     graph.add_node("agent", agent)
     graph.add_node("tools", tool_node)
     graph.add_edge(START, "agent")
     graph.add_conditional_edges("agent", tools_condition)
     graph.add_edge("tools", "agent")
-    return graph.compile()
+    return graph.compile(checkpointer=checkpointer)
 
 
 def record(store: Store, counter: Counter) -> tuple[Any, list[Any]]:

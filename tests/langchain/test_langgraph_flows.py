@@ -1,6 +1,6 @@
 """LangGraph flows beyond one invoke: a human-in-the-loop interrupt resumed by a second
-invocation of the same thread, a compiled graph used as a node of another, and a tool that
-writes the graph's state by returning a `Command`."""
+invocation of the same thread (from a node, and from inside a tool), a compiled graph used as
+a node of another, and a tool that writes the graph's state by returning a `Command`."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, InjectedToolCallId, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
-from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.prebuilt import ToolNode
 from langgraph.types import Command, interrupt
 
 from agentreplay_core import ReplayDivergence, Store
@@ -23,9 +23,11 @@ from agentreplay_langchain import (
     RecordingCallbackHandler,
     ReplayChatModel,
     instrument,
+    replay_tool_call,
     replay_tools,
 )
 from tests.langchain.fakes import Counter, ScriptedChatModel, make_tools
+from tests.langchain.test_langgraph import build_graph
 
 
 def approval_graph(model: Any, weather: BaseTool) -> Any:
@@ -156,32 +158,17 @@ def test_graph_events_replay_one_for_one_under_the_live_model_name(store: Store)
 
 
 class NotesState(MessagesState):
+    """The agent's messages and the notes its tool writes (by returning a `Command`)."""
+
     notes: Annotated[list[str], operator.add]
 
 
 @tool
-def remember(topic: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> Command:
+def remember(topic: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> Command[Any]:
     """Keep a note on the topic in the graph's state."""
     note = f"{topic}:{os.urandom(4).hex()}"  # the tool's own, unrepeatable result
     return Command(update={"notes": [note], "messages": [
         ToolMessage(f"noted {topic}", tool_call_id=tool_call_id)]})
-
-
-def notes_graph(model: Any, tools: Any) -> Any:
-    """A LangGraph agent whose tool writes the graph's state by returning a `Command`, the
-    LangGraph way (an `AgentWorkflow` tool writes `ctx.store` instead)."""
-    bound = model.bind_tools([remember])
-
-    def agent(state: NotesState, config: RunnableConfig) -> dict[str, Any]:
-        return {"messages": [bound.invoke(state["messages"], config)]}
-
-    graph = StateGraph(NotesState)
-    graph.add_node("agent", agent)
-    graph.add_node("tools", ToolNode(tools))
-    graph.add_edge(START, "agent")
-    graph.add_conditional_edges("agent", tools_condition)
-    graph.add_edge("tools", "agent")
-    return graph.compile()
 
 
 def test_a_tool_that_updates_the_graph_state_by_command_replays_it(store: Store) -> None:
@@ -189,11 +176,53 @@ def test_a_tool_that_updates_the_graph_state_by_command_replays_it(store: Store)
                                      ("remember", {"topic": "dogs"})]])
     ask = {"messages": [HumanMessage("take notes")], "notes": []}
     with store.record(name="command") as rec:
-        live = notes_graph(model, [remember]).invoke(
+        live = build_graph(model, ToolNode([remember]), [remember], state=NotesState).invoke(
             ask, {"callbacks": [RecordingCallbackHandler(rec)]})
     assert sorted(n.split(":")[0] for n in live["notes"]) == ["cats", "dogs"]
     with store.replay(rec.run_id) as player, instrument(player):
-        again = notes_graph(ReplayChatModel(player=player),
-                            replay_tools(player, [remember])).invoke(ask)
+        again = build_graph(ReplayChatModel(player=player),
+                            ToolNode(replay_tools(player, [remember])), [remember],
+                            state=NotesState).invoke(ask)
     assert again["notes"] == live["notes"]  # the recorded notes, not new ones
     assert [m.content for m in again["messages"]] == [m.content for m in live["messages"]]
+
+
+asked_for: list[str] = []
+
+
+@tool
+def transfer(account: str) -> str:
+    """Transfer money once a person approves."""
+    asked_for.append(account)
+    answer = interrupt({"question": f"Transfer to {account}?"})  # pauses the graph
+    return f"{account}: {answer} ({os.urandom(4).hex()})"
+
+
+def approved_transfer(model: Any, node: ToolNode, answer: str = "yes") -> dict[str, Any]:
+    """A tool asks a person (`interrupt` inside the tool); the program resumes the thread
+    with the answer, and the tool runs again to use it."""
+    app = build_graph(model, node, [transfer], checkpointer=InMemorySaver())
+    config: Any = {"configurable": {"thread_id": "payment-1"}}
+    paused = app.invoke({"messages": [HumanMessage("pay the rent")]}, config)
+    # (not the interrupts' ids: LangGraph derives them from its checkpoint ids, drawn from the
+    # clock; a program resuming by id reads them from the result, in replay as live)
+    asked = [i.value for i in paused.get("__interrupt__", [])]
+    done = app.invoke(Command(resume=answer), config)
+    return {"asked": asked, "messages": [(m.type, m.content) for m in done["messages"]]}
+
+
+@pytest.mark.parametrize("seam", ["replay_tools", "replay_tool_call"])
+def test_a_tool_that_interrupts_pauses_the_replay_where_it_paused(store: Store,
+                                                                  seam: str) -> None:
+    model = ScriptedChatModel(plan=[[("transfer", {"account": "ACME"})]])
+    with store.record(name="tool-interrupt") as rec, instrument(rec):
+        live = approved_transfer(model, ToolNode([transfer]))
+    assert live["asked"] == [{"question": "Transfer to ACME?"}]
+    assert asked_for == ["ACME", "ACME"]  # paused, then run again on resume
+    asked_for.clear()
+    with store.replay(rec.run_id) as player, instrument(player):
+        node = ToolNode(replay_tools(player, [transfer])) if seam == "replay_tools" \
+            else ToolNode([transfer], wrap_tool_call=replay_tool_call(player))
+        again = approved_transfer(ReplayChatModel(player=player), node)
+    # the same pause, then the recorded answer, with the tool run neither time
+    assert again == live and asked_for == []
