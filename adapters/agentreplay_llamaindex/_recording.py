@@ -128,7 +128,7 @@ class RecordingSession:
 
     def tool_started(self, span_id: str, bound: inspect.BoundArguments) -> None:
         """A tool given the workflow Context: keep the state it starts from."""
-        ctx = context_in(bound)
+        ctx = context_in(bound.arguments.values())
         if ctx is not None:
             before = snapshot(ctx)
             if before is not None:

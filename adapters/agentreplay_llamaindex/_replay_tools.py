@@ -11,7 +11,6 @@ from llama_index.core.tools.types import AsyncBaseTool, BaseTool, ToolMetadata, 
 
 from agentreplay_core import Player
 from agentreplay_core._player import checked_player
-from agentreplay_llamaindex._compat import is_workflow_context
 from agentreplay_llamaindex._context_tools import TakesContext, context_param
 from agentreplay_llamaindex._convert import (
     tool_output_for_storage,
@@ -20,7 +19,7 @@ from agentreplay_llamaindex._convert import (
 )
 from agentreplay_llamaindex._live import aserve, serve
 from agentreplay_llamaindex._tracking import replay_path
-from agentreplay_llamaindex._workflow_state import apply, changed_since, snapshot
+from agentreplay_llamaindex._workflow_state import apply, changed_since, context_in, snapshot
 
 log = logging.getLogger("agentreplay.llamaindex")
 
@@ -54,7 +53,7 @@ class ReplayTool(AsyncBaseTool):
         output: ToolOutput = serve(
             self._player, "tool", self._metadata.get_name(), tool_request(args, kwargs),
             live=None if tool is None else lambda: tool(*args, **kwargs),
-            to_step=_storing(args, kwargs, tool), from_step=_keeping(served),
+            to_step=self._storing(args, kwargs), from_step=_keeping(served),
             path=replay_path())
         changes = self._state_changes(served, args, kwargs)
         if changes is not None:
@@ -73,12 +72,29 @@ class ReplayTool(AsyncBaseTool):
         served: list[Mapping[str, Any]] = []
         output: ToolOutput = await aserve(
             self._player, "tool", self._metadata.get_name(), tool_request(args, kwargs),
-            live=None if tool is None else run, to_step=_storing(args, kwargs, tool),
+            live=None if tool is None else run, to_step=self._storing(args, kwargs),
             from_step=_keeping(served), path=replay_path())
         changes = self._state_changes(served, args, kwargs)
         if changes is not None:
             await apply(*changes)
         return output
+
+    def _storing(self, args: tuple[Any, ...], kwargs: dict[str, Any]
+                 ) -> Callable[[ToolOutput], dict[str, Any]]:
+        """How a call that goes live is recorded into the forked run: as a recording records
+        it, with what it wrote to the workflow's state (against the state before the call,
+        taken only where the replay can go live)."""
+        ctx = context_in((args, kwargs)) \
+            if self._live is not None and self._player.can_go_live else None
+        before = snapshot(ctx) if ctx is not None else None
+
+        def store(output: ToolOutput) -> dict[str, Any]:
+            stored = tool_output_for_storage(output)
+            changed = changed_since(ctx, before) if before is not None else None
+            if changed is not None:
+                stored["workflow_state"] = changed
+            return stored
+        return store
 
     def _state_changes(self, served: list[Mapping[str, Any]], args: tuple[Any, ...],
                        kwargs: dict[str, Any]) -> tuple[Any, Any] | None:
@@ -87,7 +103,7 @@ class ReplayTool(AsyncBaseTool):
         recorded = served[0].get("workflow_state") if served else None
         if not recorded:
             return None
-        ctx = _context_of(args, kwargs)
+        ctx = context_in((args, kwargs))
         if ctx is None:
             log.warning(
                 "agentreplay: run %s: tool %r changed the workflow state when recorded, but "
@@ -96,26 +112,6 @@ class ReplayTool(AsyncBaseTool):
                 "agents pass the Context to)", self._player.run_id, self._metadata.get_name())
             return None
         return ctx, recorded
-
-
-def _storing(args: tuple[Any, ...], kwargs: dict[str, Any], live: BaseTool | None
-             ) -> Callable[[ToolOutput], dict[str, Any]]:
-    """How a call that went live is recorded into the forked run: as a recording records it,
-    with what it wrote to the workflow's state (compared with the state before the call)."""
-    ctx = _context_of(args, kwargs) if live is not None else None
-    before = snapshot(ctx) if ctx is not None else None
-
-    def store(output: ToolOutput) -> dict[str, Any]:
-        stored = tool_output_for_storage(output)
-        changed = changed_since(ctx, before) if before is not None else None
-        if changed is not None:
-            stored["workflow_state"] = changed
-        return stored
-    return store
-
-
-def _context_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any | None:
-    return next((v for v in (*args, *kwargs.values()) if is_workflow_context(v)), None)
 
 
 def _keeping(served: list[Mapping[str, Any]]) -> Callable[[Mapping[str, Any]], ToolOutput]:

@@ -22,8 +22,8 @@ state model or a durable store records the tool's result without its state chang
 
 from __future__ import annotations
 
-import inspect
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from llama_index.core.workflow import JsonSerializer
@@ -39,9 +39,10 @@ Snapshot = dict[str, Any]
 Changes = dict[str, list[Any]]
 
 
-def context_in(bound: inspect.BoundArguments) -> Any | None:
-    """The workflow Context among a tool call's arguments (agents pass it by keyword)."""
-    for value in bound.arguments.values():
+def context_in(arguments: Iterable[Any]) -> Any | None:
+    """The workflow Context among a tool call's arguments (agents pass it by keyword), which
+    may hold the `*args` tuple and `**kwargs` dict of a call as they are bound."""
+    for value in arguments:
         found = value.values() if isinstance(value, dict) else value \
             if isinstance(value, tuple) else (value,)
         for item in found:
