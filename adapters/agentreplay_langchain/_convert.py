@@ -170,6 +170,10 @@ def _fields_envelope(value: Any) -> dict[str, Any] | None:
     return {ENVELOPE: FIELDS_VERSION, "class": name, "text": value.text, "generation_info": info}
 
 
+#: beside a Document's dumpd: the key order of its metadata, where it is not the sorted one
+METADATA_ORDER = "metadata_order"
+
+
 def dump(value: Any) -> Any:
     """A LangChain result as stored: allow-listed objects in an envelope, anything else (a
     LangGraph Command, a plain tool result) as is, for the core codec."""
@@ -181,7 +185,14 @@ def dump(value: Any) -> Any:
         bare = value.model_copy(update={"artifact": None})
         return {ENVELOPE: ENVELOPE_VERSION, "dumpd": dumpd(bare), "artifact": value.artifact}
     if isinstance(value, ALLOWED_CLASSES):
-        return {ENVELOPE: ENVELOPE_VERSION, "dumpd": dumpd(value)}
+        envelope = {ENVELOPE: ENVELOPE_VERSION, "dumpd": dumpd(value)}
+        if isinstance(value, Document):
+            # a prompt that renders the metadata shows its keys in their order, which the
+            # store does not keep (`agentreplay_core._key_order`)
+            order = key_order(value.metadata)
+            if order is not None:
+                envelope[METADATA_ORDER] = order
+        return envelope
     if isinstance(value, list) and value and all(isinstance(v, ALLOWED_CLASSES) for v in value):
         return [dump(v) for v in value]
     try:
@@ -243,6 +254,8 @@ def _revive_envelope(stored: dict[str, Any], copied: Callable[[Any], Any]) -> An
         artifact = stored.get("artifact", _NO_ARTIFACT)
         if artifact is not _NO_ARTIFACT and isinstance(value, ToolMessage):
             value.artifact = copied(artifact)
+        if isinstance(value, Document) and type(value.metadata) is dict:
+            value.metadata = in_key_order(value.metadata, stored.get(METADATA_ORDER))
         return value
     raise ValueError(
         f"recorded LangChain object has envelope version {version!r}; this agentreplay reads "

@@ -236,12 +236,26 @@ def tool_selections_from_json(items: Sequence[Mapping[str, Any]]) -> list[ToolSe
 
 
 def nodes_json(nodes: Sequence[NodeWithScore]) -> list[dict[str, Any]]:
-    """Retrieved nodes with scores; `doc_to_json` because `NodeWithScore.from_dict` fails."""
-    return [{"node": doc_to_json(n.node), "score": n.score} for n in nodes]
+    """Retrieved nodes with scores; `doc_to_json` because `NodeWithScore.from_dict` fails.
+
+    A node's metadata is rendered into the LLM's prompt in its key order ("file_name: ...",
+    then "file_path: ..."), which the store does not keep: the order of a node's dicts is
+    stored beside it (`order`, only where it is not the sorted one) and put back in replay.
+    """
+    out = []
+    for n in nodes:
+        node = doc_to_json(n.node)
+        item: dict[str, Any] = {"node": node, "score": n.score}
+        order = key_order(node)
+        if order is not None:
+            item["order"] = order
+        out.append(item)
+    return out
 
 
 def nodes_from_json(items: Sequence[Mapping[str, Any]]) -> list[NodeWithScore]:
-    return [NodeWithScore(node=json_to_doc(dict(i["node"])), score=i["score"]) for i in items]
+    return [NodeWithScore(node=json_to_doc(in_key_order(dict(i["node"]), i.get("order"))),
+                          score=i["score"]) for i in items]
 
 
 def query_text(query: Any) -> str:

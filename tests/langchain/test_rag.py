@@ -126,3 +126,34 @@ def test_recorded_vectors_are_exact_float64(store: Store) -> None:
         vector = ReplayEmbeddings(player=player).embed_query("What is the capital of France?")
     expected = embeddings._vector("What is the capital of France?")
     assert [v.hex() for v in vector] == [v.hex() for v in expected]
+
+
+def test_documents_keep_their_metadata_key_order(store: Store) -> None:
+    """A prompt that renders a document's metadata whole shows its keys in their order (a
+    loader's `source`, `page`, `author`, ...), which the run log's JSON does not keep."""
+    docs = [Document(page_content=f"page {i}",
+                     metadata={"title": f"T{i}", "source": "a.pdf", "page": i, "a": {"z": 1,
+                                                                                   "b": 2}})
+            for i in range(2)]
+    listing = ChatPromptTemplate.from_messages([("human", "{context}")])
+    seen: list[list[str]] = []
+
+    def chain(retriever: Any, model: Any) -> Runnable[Any, Any]:
+        def context(found: list[Document]) -> str:
+            seen.extend(list(d.metadata) for d in found)
+            return "\n".join(f"{d.metadata}: {d.page_content}" for d in found)
+
+        built: Runnable[Any, Any] = retriever | context | listing | model
+        return built
+
+    vectors = InMemoryVectorStore(embedding=HashEmbeddings())
+    vectors.add_documents(docs)
+    with store.record(name="metadata") as rec:
+        live = chain(vectors.as_retriever(search_kwargs={"k": 2}), ScriptedChatModel()).invoke(
+            "pages", config={"callbacks": [RecordingCallbackHandler(rec)]})
+    seen.clear()
+    with store.replay(rec.run_id) as player:
+        again = chain(ReplayRetriever(player=player), ReplayChatModel(player=player)
+                      ).invoke("pages")
+    assert again.content == live.content
+    assert seen == [["title", "source", "page", "a"]] * 2
