@@ -1,4 +1,5 @@
-"""The key order of dicts a model wrote (its tool calls' arguments), kept apart from them.
+"""The key order of dicts whose order reaches a prompt, kept apart from them: a model's tool
+call arguments, a retrieved document's metadata, what a tool wrote to an agent's state.
 
 Stored values are canonical JSON, whose objects have their keys sorted, and PostgreSQL's JSONB
 orders them its own way (shorter keys first): a dict comes back from a run log with its keys
