@@ -42,6 +42,14 @@ def key_order(value: Any) -> dict[str, Any] | None:
     return None
 
 
+def keep_key_order(into: dict[str, Any], field: str, value: Any) -> None:
+    """Store the spec of `value` in `into[field]`, where its dicts are not all in sorted order
+    (a recording without the field reads as sorted)."""
+    spec = key_order(value)
+    if spec is not None:
+        into[field] = spec
+
+
 def in_key_order(value: Any, spec: Any) -> Any:
     """`value` (decoded, owned by the caller) with the dicts in the order `spec` gives, and
     every dict without one in sorted order. A spec that does not fit (a damaged or edited

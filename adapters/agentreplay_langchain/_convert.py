@@ -37,7 +37,7 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, Generati
 
 from agentreplay_core import decode
 from agentreplay_core._codec import TAG
-from agentreplay_core._key_order import in_key_order, key_order
+from agentreplay_core._key_order import in_key_order, keep_key_order
 from agentreplay_langchain._compat import make_loader
 from agentreplay_langchain._construct import (
     NO_VALUE,
@@ -137,9 +137,7 @@ def _message_fields(message: BaseMessage) -> dict[str, Any] | None:
     stored = {ENVELOPE: FIELDS_VERSION, "class": name, "fields": fields}
     calls = fields.get("tool_calls")
     if calls:  # the model's order of its arguments (the store sorts keys)
-        order = key_order(calls)
-        if order is not None:
-            stored[TOOL_CALLS_ORDER] = order
+        keep_key_order(stored, TOOL_CALLS_ORDER, calls)
     artifact = message.__dict__.get("artifact")
     if artifact is not None:  # any value the core codec keeps, as in version 1
         stored["artifact"] = artifact
@@ -189,9 +187,7 @@ def dump(value: Any) -> Any:
         if isinstance(value, Document):
             # a prompt that renders the metadata shows its keys in their order, which the
             # store does not keep (`agentreplay_core._key_order`)
-            order = key_order(value.metadata)
-            if order is not None:
-                envelope[METADATA_ORDER] = order
+            keep_key_order(envelope, METADATA_ORDER, value.metadata)
         return envelope
     if isinstance(value, list) and value and all(isinstance(v, ALLOWED_CLASSES) for v in value):
         return [dump(v) for v in value]
@@ -199,6 +195,29 @@ def dump(value: Any) -> Any:
         return copy.deepcopy(value)
     except Exception:  # a live resource (a lock, a connection): stored as unencodable, counted
         return value
+
+
+#: beside a tool's stored result: the key order of a dict or list it returned as it is (a
+#: tool invoked without a tool call), where it is not the sorted one
+RESULT_ORDER = "result_order"
+
+
+def tool_output(result: Any, tool_call_id: str | None) -> dict[str, Any]:
+    """What a tool's step stores: its result and the tool call it answered."""
+    output = {"result": dump(result), "tool_call_id": tool_call_id}
+    if type(result) is dict or type(result) is list:  # e.g. rendered into a prompt by str()
+        keep_key_order(output, RESULT_ORDER, result)
+    return output
+
+
+def tool_result(output: Any) -> Any:
+    """The inverse of `tool_output`: the result a tool returned (new objects each call)."""
+    if not isinstance(output, dict):
+        return output
+    result = revive(output["result"])
+    if type(result) is dict or type(result) is list:
+        result = in_key_order(result, output.get(RESULT_ORDER))
+    return result
 
 
 def revive(stored: Any, *, fresh: bool = False) -> Any:

@@ -17,7 +17,7 @@ import orjson
 from agentreplay_core import Recorder, SerializationError, encode
 from agentreplay_core._recorded_errors import error_to_record
 from agentreplay_core._stable_repr import stable_repr
-from agentreplay_langchain._convert import dump
+from agentreplay_langchain._convert import dump, tool_output
 from agentreplay_langchain._interrupts import tool_error_record
 from agentreplay_langchain._requests import (
     chat_request,
@@ -227,7 +227,7 @@ class RecordingCallbackHandler(RunTreeTracker):
             call = self._calls.get(run_id)
             call_id = call.extra.get("tool_call_id") if call else None
         call_id = call_id or getattr(output, "tool_call_id", None)
-        self._finish(run_id, {"result": dump(output), "tool_call_id": call_id})
+        self._finish(run_id, tool_output(output, call_id))
 
     @_guarded
     def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:

@@ -22,7 +22,7 @@ from pydantic import ConfigDict, Field
 from agentreplay_core import Player
 from agentreplay_core._recorded_errors import error_to_record
 from agentreplay_langchain._compat import keep_signatures, tool_start_inputs
-from agentreplay_langchain._convert import dump, revive
+from agentreplay_langchain._convert import tool_output, tool_result
 from agentreplay_langchain._interrupts import pause_again
 from agentreplay_langchain._requests import tool_request
 from agentreplay_langchain._tree import call_id_of, tracked_path
@@ -113,7 +113,7 @@ class ReplayTool(BaseTool):
         except Exception as replayed:
             pause_again(replayed)  # a LangGraph interrupt pauses the graph as it did
             raise
-        result = revive(output["result"]) if isinstance(output, dict) else output
+        result = tool_result(output)
         artifacts = self.response_format == "content_and_artifact"
         if isinstance(result, ToolMessage):
             if invocation.tool_call_id is not None:
@@ -134,7 +134,7 @@ class ReplayTool(BaseTool):
         def call() -> dict[str, Any]:
             # no callbacks: this replay tool's own run reports the result to the caller's
             result = tool.run(invocation.tool_input, tool_call_id=invocation.tool_call_id)
-            return {"result": dump(result), "tool_call_id": invocation.tool_call_id}
+            return tool_output(result, invocation.tool_call_id)
         return call
 
     def _run(self, *args: Any, run_manager: CallbackManagerForToolRun | None = None,
@@ -175,8 +175,7 @@ class ReplayTool(BaseTool):
             _invocation.reset(token)
 
     def _returned(self, invocation: _Invocation, result: Any) -> Any:
-        self._unserved(invocation, lambda: {"result": dump(result),
-                                            "tool_call_id": invocation.tool_call_id})
+        self._unserved(invocation, lambda: tool_output(result, invocation.tool_call_id))
         return result
 
     def run(self, tool_input: str | dict[str, Any], *args: Any, **kwargs: Any) -> Any:

@@ -8,10 +8,13 @@ fails with "Context is required for this tool").
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from llama_index.core.tools import FunctionTool
 from llama_index.core.tools.types import BaseTool
+
+T = TypeVar("T")
 
 
 def context_param(tool: BaseTool) -> str | None:
@@ -30,3 +33,13 @@ class TakesContext(FunctionTool):
         self.requires_context = True
         self.ctx_param_name = param
         self.partial_params: dict[str, Any] = {}  # read by FunctionTool.__call__
+
+
+def made_for(tool: BaseTool, plain: Callable[..., T], taking: Callable[..., T], *args: Any) -> T:
+    """`plain(*args)`, or `taking(*args)` (a `TakesContext` class) set to take the Context
+    where `tool` takes one: a wrapper or stand-in of `tool` that agents treat as they treat it."""
+    param = context_param(tool)
+    made = (plain if param is None else taking)(*args)
+    if param is not None and isinstance(made, TakesContext):
+        made.takes_context(param)
+    return made

@@ -17,7 +17,7 @@ from llama_index.core.storage.docstore.utils import doc_to_json, json_to_doc
 from llama_index.core.tools import ToolOutput, ToolSelection
 
 from agentreplay_core import Redactor, SerializationError, encode, match_key, strip_volatile
-from agentreplay_core._key_order import in_key_order, key_order
+from agentreplay_core._key_order import in_key_order, keep_key_order
 from agentreplay_core._keys import DEFAULT_VOLATILE_KEYS, match_key_of_encoded
 from agentreplay_core._stable_repr import stable_repr
 from agentreplay_llamaindex._compat import is_workflow_context
@@ -222,9 +222,7 @@ def tool_selections_json(selections: Sequence[ToolSelection]) -> list[dict[str, 
     for s in selections:
         item = {"tool_id": s.tool_id, "tool_name": s.tool_name,
                 "tool_kwargs": encodable(s.tool_kwargs)}
-        order = key_order(s.tool_kwargs)  # the model's order (the store sorts keys)
-        if order is not None:
-            item["kwargs_order"] = order
+        keep_key_order(item, "kwargs_order", s.tool_kwargs)  # the model's (the store sorts)
         out.append(item)
     return out
 
@@ -246,9 +244,7 @@ def nodes_json(nodes: Sequence[NodeWithScore]) -> list[dict[str, Any]]:
     for n in nodes:
         node = doc_to_json(n.node)
         item: dict[str, Any] = {"node": node, "score": n.score}
-        order = key_order(node)
-        if order is not None:
-            item["order"] = order
+        keep_key_order(item, "order", node)
         out.append(item)
     return out
 
@@ -270,8 +266,13 @@ def tool_request(args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, An
                        if not is_workflow_context(v)}}
 
 
+#: beside a stored ToolOutput: the key order of its raw_output
+RAW_OUTPUT_ORDER = "raw_output_order"
+
+
 def tool_output_for_storage(output: Any) -> dict[str, Any]:
-    """A ToolOutput as stored: the object (raw_output only if storable) and its exception.
+    """A ToolOutput as stored: the object (raw_output only if storable), its exception, and
+    the key order of a dict or list it returned (`raw_output_order`, where not sorted).
 
     A custom `BaseTool.__call__` may return something else; that is stored as it is.
     """
@@ -279,17 +280,23 @@ def tool_output_for_storage(output: Any) -> dict[str, Any]:
 
     if not isinstance(output, ToolOutput):
         return {"output": encodable(output), "exception": None}
-    safe = output.model_copy(update={"raw_output": encodable(output.raw_output),
+    raw = output.raw_output
+    safe = output.model_copy(update={"raw_output": encodable(raw),
                                      "raw_input": encodable(output.raw_input)})
     exception = getattr(output, "exception", None)
-    return {"output": safe,
-            "exception": error_to_record(exception) if exception is not None else None}
+    stored = {"output": safe,
+              "exception": error_to_record(exception) if exception is not None else None}
+    if type(raw) is dict or type(raw) is list:  # a program may print it (the store sorts keys)
+        keep_key_order(stored, RAW_OUTPUT_ORDER, raw)
+    return stored
 
 
 def tool_output_from_storage(stored: Mapping[str, Any]) -> ToolOutput:
     from agentreplay_core._recorded_errors import error_from_record
 
     output: ToolOutput = stored["output"]
+    if isinstance(output, ToolOutput) and type(output.raw_output) in (dict, list):
+        output.raw_output = in_key_order(output.raw_output, stored.get(RAW_OUTPUT_ORDER))
     exception = stored.get("exception")
     if exception is not None and isinstance(output, ToolOutput):
         rebuilt = error_from_record(exception)

@@ -39,12 +39,11 @@ from agentreplay_llamaindex._compat import is_workflow_suspension
 from agentreplay_llamaindex._convert import (
     nodes_json,
     query_text,
-    tool_output_for_storage,
     tool_request,
 )
 from agentreplay_llamaindex._llm_calls import LlmRecorder
 from agentreplay_llamaindex._tree import EMBEDDING_ENTRY_POINTS, SpanInfo, SpanTree
-from agentreplay_llamaindex._workflow_state import changed_since, context_in, snapshot
+from agentreplay_llamaindex._workflow_state import context_in, snapshot, tool_step_output
 
 log = logging.getLogger("agentreplay.llamaindex")
 
@@ -144,10 +143,7 @@ class RecordingSession:
             self.recorder.record("tool", info.name, request, error_to_record(err),
                                  is_error=True, path=info.path, **info.timing())
         elif result is not None and not inspect.isawaitable(result):
-            output = tool_output_for_storage(result)
-            changed = changed_since(*state) if state is not None else None
-            if changed is not None:
-                output["workflow_state"] = changed
+            output = tool_step_output(result, state)
             self.recorder.record("tool", info.name, request, output, path=info.path,
                                  **info.timing())
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from llama_index.core.tools.types import AsyncBaseTool, BaseTool, ToolMetadata, ToolOutput
 
-from agentreplay_llamaindex._context_tools import TakesContext, context_param
+from agentreplay_llamaindex._context_tools import TakesContext, made_for
 
 
 class RecordingTool(AsyncBaseTool):
@@ -56,13 +56,4 @@ class RecordingContextTool(RecordingTool, TakesContext):
 
 def recording_tools(tools: Sequence[BaseTool]) -> list[RecordingTool]:
     """`RecordingTool` around each of `tools` (taking the Context where the tool does)."""
-    made: list[RecordingTool] = []
-    for tool in tools:
-        param = context_param(tool)
-        if param is None:
-            made.append(RecordingTool(tool))
-        else:
-            wrapper = RecordingContextTool(tool)
-            wrapper.takes_context(param)
-            made.append(wrapper)
-    return made
+    return [made_for(tool, RecordingTool, RecordingContextTool, tool) for tool in tools]

@@ -11,15 +11,20 @@ from llama_index.core.tools.types import AsyncBaseTool, BaseTool, ToolMetadata, 
 
 from agentreplay_core import Player
 from agentreplay_core._player import checked_player
-from agentreplay_llamaindex._context_tools import TakesContext, context_param
+from agentreplay_llamaindex._context_tools import TakesContext, made_for
 from agentreplay_llamaindex._convert import (
-    tool_output_for_storage,
     tool_output_from_storage,
     tool_request,
 )
 from agentreplay_llamaindex._live import aserve, serve
 from agentreplay_llamaindex._tracking import replay_path
-from agentreplay_llamaindex._workflow_state import apply, changed_since, context_in, snapshot
+from agentreplay_llamaindex._workflow_state import (
+    WORKFLOW_STATE,
+    apply,
+    context_in,
+    snapshot,
+    tool_step_output,
+)
 
 log = logging.getLogger("agentreplay.llamaindex")
 
@@ -87,20 +92,14 @@ class ReplayTool(AsyncBaseTool):
         ctx = context_in((args, kwargs)) \
             if self._live is not None and self._player.can_go_live else None
         before = snapshot(ctx) if ctx is not None else None
-
-        def store(output: ToolOutput) -> dict[str, Any]:
-            stored = tool_output_for_storage(output)
-            changed = changed_since(ctx, before) if before is not None else None
-            if changed is not None:
-                stored["workflow_state"] = changed
-            return stored
-        return store
+        state = (ctx, before) if before is not None else None
+        return lambda output: tool_step_output(output, state)
 
     def _state_changes(self, served: list[Mapping[str, Any]], args: tuple[Any, ...],
                        kwargs: dict[str, Any]) -> tuple[Any, Any] | None:
         """The Context and the state changes to write into it, if the served step has any
         (a call that went live changed the state itself)."""
-        recorded = served[0].get("workflow_state") if served else None
+        recorded = served[0].get(WORKFLOW_STATE) if served else None
         if not recorded:
             return None
         ctx = context_in((args, kwargs))
@@ -135,14 +134,5 @@ def replay_tools(player: Player, tools: Sequence[BaseTool], *, live: bool = True
     divergence on (`live=False`: never). The stand-in of a tool that takes the workflow
     Context takes it too, and writes what the tool wrote to the workflow's state.
     """
-    made: list[ReplayTool] = []
-    for tool in tools:
-        param = context_param(tool)
-        original = tool if live else None
-        if param is None:
-            made.append(ReplayTool(player, tool.metadata, original))
-        else:
-            stand_in = ReplayContextTool(player, tool.metadata, original)
-            stand_in.takes_context(param)
-            made.append(stand_in)
-    return made
+    return [made_for(tool, ReplayTool, ReplayContextTool, player, tool.metadata,
+                     tool if live else None) for tool in tools]

@@ -9,7 +9,8 @@ from typing import Any, cast
 
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
-from langchain_core.runnables import RunnableConfig
+from langchain_core.prompts import ChatPromptTemplate
+from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.tools import BaseTool, tool
 
 from agentreplay_core import NetworkAccessDuringReplay, ReplayDivergence, Store
@@ -173,3 +174,29 @@ def test_tool_call_arguments_replay_in_the_models_key_order(store: Store) -> Non
         again = tool_loop(ReplayChatModel(player=player), replay_tools(player, [scale]),
                           "scale it", narrate=True)
     assert transcript(again) == transcript(live)
+
+
+@tool
+def forecast(city: str) -> dict[str, Any]:
+    """A structured forecast, its keys in the order a service sends them (not sorted)."""
+    return {"temperature": 21.5, "city": city, "details": {"wind": "W", "humidity": 40}}
+
+
+def test_a_dict_a_tool_returns_replays_in_its_key_order(store: Store) -> None:
+    """A tool invoked without a tool call returns its dict as it is, and a chain that puts it
+    into a prompt (`str(dict)`) shows its keys in order, which the run log's JSON does not keep."""
+    prompt = ChatPromptTemplate.from_messages([("human", "forecast: {forecast}")])
+
+    def chain(weather: BaseTool, model: Any) -> Runnable[Any, Any]:
+        built: Runnable[Any, Any] = (weather | (lambda f: {"forecast": str(f)}) | prompt
+                                     | model)
+        return built
+
+    with store.record(name="dict-result") as rec:
+        live = chain(forecast, ScriptedChatModel()).invoke(
+            {"city": "Paris"}, config={"callbacks": [RecordingCallbackHandler(rec)]})
+    assert "{'temperature': 21.5, 'city': 'Paris', 'details': {'wind'" in str(live.content)
+    with store.replay(rec.run_id) as player:
+        (weather,) = replay_tools(player, [forecast])
+        again = chain(weather, ReplayChatModel(player=player)).invoke({"city": "Paris"})
+    assert again.content == live.content

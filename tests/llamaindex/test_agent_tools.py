@@ -132,3 +132,28 @@ def test_tool_call_arguments_replay_in_the_models_key_order(li_store: Store) -> 
     with li_store.replay(rec.run_id) as player:  # from PostgreSQL, which reorders JSONB keys
         again = asyncio.run(tool_call_keys(ReplayLLM(player), replay_tools(player, tools)))
     assert again == live
+
+
+def forecast(city: str) -> dict[str, Any]:
+    """A structured forecast, its keys in the order a service sends them (not sorted)."""
+    return {"temperature": 21.5, "city": city, "details": {"wind": "W", "humidity": 40}}
+
+
+async def printed_results(llm: Any, tools: list[Any]) -> list[str]:
+    """What a program streaming the agent's events prints of each tool's raw output."""
+    agent = FunctionAgent(tools=tools, llm=llm, system_prompt="Use the tools.")
+    handler = agent.run(user_msg="Weather?")
+    seen = [str(event.tool_output.raw_output) async for event in handler.stream_events()
+            if isinstance(event, ToolCallResult)]
+    await handler
+    return seen
+
+
+def test_a_dict_a_tool_returns_replays_in_its_key_order(li_store: Store) -> None:
+    tools = [FunctionTool.from_defaults(fn=forecast)]
+    with li_store.record(name="dict-result") as rec, instrument(rec):
+        live = asyncio.run(printed_results(ToolCallingLLM(), tools))
+    assert len(live) == 1 and live[0].startswith("{'temperature': 21.5, 'city': ")
+    with li_store.replay(rec.run_id) as player:  # from PostgreSQL, which reorders JSONB keys
+        again = asyncio.run(printed_results(ReplayLLM(player), replay_tools(player, tools)))
+    assert again == live
