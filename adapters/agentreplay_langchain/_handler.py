@@ -18,7 +18,7 @@ from agentreplay_core import Recorder, SerializationError, encode
 from agentreplay_core._recorded_errors import error_to_record
 from agentreplay_core._stable_repr import stable_repr
 from agentreplay_langchain._convert import dump, tool_output
-from agentreplay_langchain._interrupts import tool_error_record
+from agentreplay_langchain._interrupts import resume_answers, tool_error_record
 from agentreplay_langchain._requests import (
     chat_request,
     llm_request,
@@ -217,7 +217,7 @@ class RecordingCallbackHandler(RunTreeTracker):
                       inputs: dict[str, Any] | None = None, **kwargs: Any) -> None:
         path = self._enter("tool", serialized, run_id, parent_run_id, tags, kwargs)
         name = str((serialized or {}).get("name") or kwargs.get("name") or "tool")
-        request = tool_request(inputs if inputs is not None else input_str)
+        request = tool_request(inputs if inputs is not None else input_str, resume_answers())
         self._begin(run_id, _Call("tool", name, request, path,
                                   extra={"tool_call_id": kwargs.get("tool_call_id")}))
 

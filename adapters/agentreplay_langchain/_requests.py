@@ -88,9 +88,13 @@ def llm_request(prompt: str, stop: Any) -> dict[str, Any]:
     return request
 
 
-def tool_request(inputs: Any) -> dict[str, Any]:
-    """The request of a tool call: its arguments as `on_tool_start` saw them."""
-    return {"input": copy.deepcopy(inputs)}
+def tool_request(inputs: Any, resume: list[Any] | None = None) -> dict[str, Any]:
+    """The request of a tool call: its arguments as `on_tool_start` saw them, and the answers
+    of a resumed LangGraph task it runs in (`_interrupts.resume_answers`)."""
+    request = {"input": copy.deepcopy(inputs)}
+    if resume is not None:
+        request["resume"] = resume
+    return request
 
 
 def retriever_request(query: str) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from agentreplay_core import Player
 from agentreplay_core._recorded_errors import error_to_record
 from agentreplay_langchain._compat import keep_signatures, tool_start_inputs
 from agentreplay_langchain._convert import tool_output, tool_result
-from agentreplay_langchain._interrupts import pause_again
+from agentreplay_langchain._interrupts import pause_again, resume_answers
 from agentreplay_langchain._requests import tool_request
 from agentreplay_langchain._tree import call_id_of, tracked_path
 
@@ -101,7 +101,7 @@ class ReplayTool(BaseTool):
         invocation = _invocation.get()
         if invocation is None:  # _run called directly: take the arguments as they came
             given = args[0] if len(args) == 1 and not kwargs else kwargs
-            invocation = _Invocation(tool_request(given), tool_input=given)
+            invocation = _Invocation(tool_request(given, resume_answers()), tool_input=given)
         invocation.served = True
         path = tracked_path(run_manager.handlers, run_manager.run_id) if run_manager else None
         if path is None and invocation.tool_call_id is not None:
@@ -163,7 +163,8 @@ class ReplayTool(BaseTool):
                   ) -> Iterator[_Invocation]:
         """The request as on_tool_start saw it, for `_run`; a call that failed before `_run`
         uses up (or, live, records) its step with the error."""
-        invocation = _Invocation(tool_request(tool_start_inputs(self, tool_input)),
+        invocation = _Invocation(tool_request(tool_start_inputs(self, tool_input),
+                                              resume_answers()),
                                  tool_input=tool_input, tool_call_id=kwargs.get("tool_call_id"))
         token = _invocation.set(invocation)
         try:

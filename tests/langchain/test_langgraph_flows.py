@@ -215,8 +215,18 @@ def approved_transfer(model: Any, node: ToolNode, answer: str = "yes") -> dict[s
 WRAPS = "wrap_tool_call" in inspect.signature(ToolNode).parameters  # a later langgraph 1.x
 
 
-@pytest.mark.parametrize("seam", ["replay_tools", pytest.param("replay_tool_call", marks=(
-    pytest.mark.skipif(not WRAPS, reason="ToolNode(wrap_tool_call=) arrived in langgraph 1.x")))])
+SEAMS = pytest.mark.parametrize("seam", ["replay_tools", pytest.param(
+    "replay_tool_call", marks=(pytest.mark.skipif(
+        not WRAPS, reason="ToolNode(wrap_tool_call=) arrived in langgraph 1.x")))])
+
+
+def replay_node(player: Any, seam: str) -> ToolNode:
+    """The tool node of a replay, with the stand-ins put in by `seam`."""
+    return ToolNode(replay_tools(player, [transfer])) if seam == "replay_tools" \
+        else ToolNode([transfer], wrap_tool_call=replay_tool_call(player))
+
+
+@SEAMS
 def test_a_tool_that_interrupts_pauses_the_replay_where_it_paused(store: Store,
                                                                   seam: str) -> None:
     model = ScriptedChatModel(plan=[[("transfer", {"account": "ACME"})]])
@@ -226,8 +236,37 @@ def test_a_tool_that_interrupts_pauses_the_replay_where_it_paused(store: Store,
     assert asked_for == ["ACME", "ACME"]  # paused, then run again on resume
     asked_for.clear()
     with store.replay(rec.run_id) as player, instrument(player):
-        node = ToolNode(replay_tools(player, [transfer])) if seam == "replay_tools" \
-            else ToolNode([transfer], wrap_tool_call=replay_tool_call(player))
-        again = approved_transfer(ReplayChatModel(player=player), node)
+        again = approved_transfer(ReplayChatModel(player=player), replay_node(player, seam))
     # the same pause, then the recorded answer, with the tool run neither time
     assert again == live and asked_for == []
+
+
+@SEAMS
+def test_a_replay_resumed_with_another_answer_diverges_at_the_tool(store: Store,
+                                                                  seam: str) -> None:
+    """The resumed call is served, not run, so the answer the program resumes with must be
+    the recorded one: another answer is a divergence at the tool (and, with the replay going
+    live, the tool runs and reads the new answer)."""
+    model = ScriptedChatModel(plan=[[("transfer", {"account": "ACME"})]])
+    with store.record(name="tool-interrupt-answer") as rec, instrument(rec):
+        live = approved_transfer(model, ToolNode([transfer]))
+    asked_for.clear()
+    with pytest.raises(ReplayDivergence) as caught, store.replay(rec.run_id) as player, \
+            instrument(player):
+        approved_transfer(ReplayChatModel(player=player), replay_node(player, seam),
+                          answer="no")
+    # the first divergence (langgraph 0.6's ToolNode turns it into an error message by
+    # default: the model's next call diverges then, and names this one as its cause)
+    error = player.diverged
+    assert error is not None and error in (caught.value, caught.value.__cause__)
+    assert (error.classification, error.kind, error.name) == ("tool_args_changed", "tool",
+                                                              "transfer")
+    assert (error.expected["resume"], error.actual["resume"]) == (["yes"], ["no"])
+    assert "resume" in error.diff and asked_for == []
+    with store.replay(rec.run_id, on_divergence="live", allow_unused=True) as player, \
+            instrument(player):
+        forked = approved_transfer(ReplayChatModel(player=player, live=ScriptedChatModel()),
+                                   replay_node(player, seam), answer="no")
+    assert forked["asked"] == live["asked"] and asked_for == ["ACME"]  # resumed: ran, live
+    [result] = [content for kind, content in forked["messages"] if kind == "tool"]
+    assert str(result).startswith("ACME: no (")
