@@ -233,6 +233,20 @@ def tool_selections_from_json(items: Sequence[Mapping[str, Any]]) -> list[ToolSe
             for i in items]
 
 
+#: the key of a response's recorded `tool_calls` when reading them raised: `{"error": ...}`
+TOOL_CALLS_ERROR = "error"
+
+
+def recorded_tool_calls(stored: Any) -> list[ToolSelection]:
+    """The tool calls the live LLM read from a response (None: none), or the exception
+    reading them raised, raised again."""
+    from agentreplay_core._recorded_errors import error_from_record
+
+    if isinstance(stored, dict):
+        raise error_from_record(stored.get(TOOL_CALLS_ERROR))
+    return tool_selections_from_json(stored or [])
+
+
 def nodes_json(nodes: Sequence[NodeWithScore]) -> list[dict[str, Any]]:
     """Retrieved nodes with scores; `doc_to_json` because `NodeWithScore.from_dict` fails.
 

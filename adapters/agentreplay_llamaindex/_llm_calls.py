@@ -18,6 +18,7 @@ from agentreplay_core import Recorder
 from agentreplay_core._recorded_errors import error_to_record
 from agentreplay_llamaindex._compat import is_wrapper_llm
 from agentreplay_llamaindex._convert import (
+    TOOL_CALLS_ERROR,
     llm_kwargs,
     llm_metadata,
     llm_view,
@@ -73,15 +74,18 @@ def _name_of(metadata: dict[str, Any], instance: Any) -> str:
     return llm_step_name(metadata.get("model_name"), instance)
 
 
-def _tool_calls(instance: Any, response: Any) -> list[dict[str, Any]] | None:
-    """The tool calls the live LLM reads from its own response (replay serves the same)."""
+def _tool_calls(instance: Any, response: Any) -> list[dict[str, Any]] | dict[str, Any] | None:
+    """The tool calls the live LLM reads from its own response (replay serves the same), or
+    the error it raised reading them (`{"error": ...}`, raised again in replay if asked)."""
     if not isinstance(instance, FunctionCallingLLM) or response is None:
         return None
     try:
         return tool_selections_json(
             instance.get_tool_calls_from_response(response, error_on_no_tool_call=False))
-    except Exception:  # integrations that do not implement it, or reject this response
-        return None
+    except Exception as exc:
+        # integrations that do not implement it, or reject this response (a streamed chunk
+        # whose arguments are not whole JSON yet, which structured streams skip)
+        return {TOOL_CALLS_ERROR: error_to_record(exc)}
 
 
 class LlmRecorder:

@@ -29,7 +29,7 @@ from agentreplay_llamaindex._convert import (
     llm_match_key,
     llm_request,
     llm_view,
-    tool_selections_from_json,
+    recorded_tool_calls,
 )
 from agentreplay_llamaindex._live_llm import TOOL_OPTIONS, LiveLLM, tool_options
 from agentreplay_llamaindex._recorded import (
@@ -292,17 +292,17 @@ class ReplayLLM(FunctionCallingLLM):
                                      error_on_no_tool_call: bool = True, **kwargs: Any
                                      ) -> list[ToolSelection]:
         """The tool calls the live LLM read from this recorded response."""
-        found: list[dict[str, Any]] | None = None
+        found: Any = None
         for served, calls in reversed(self._served):
             if served is response:
-                found = calls or []
+                found = calls
                 break
         else:
             for served, calls in reversed(self._served):
                 if isinstance(served, ChatResponse) and served.message == response.message:
-                    found = calls or []
+                    found = calls
                     break
-        selections = tool_selections_from_json(found or [])
+        selections = recorded_tool_calls(found)
         if not selections and error_on_no_tool_call:
             raise ValueError(f"Expected at least one tool call, but got {len(selections)} "
                              "tool calls (replayed from the recording).")

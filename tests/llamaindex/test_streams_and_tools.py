@@ -11,6 +11,7 @@ import pytest
 from llama_index.core.base.llms.types import ChatMessage, ChatResponse, MessageRole
 from llama_index.core.llms.callbacks import llm_chat_callback
 from llama_index.core.tools import FunctionTool
+from pydantic import BaseModel
 
 from agentreplay_core import Store
 from agentreplay_llamaindex import RecordingTool, ReplayLLM, instrument, replay_tools
@@ -155,3 +156,47 @@ def test_a_sync_tool_without_the_wrapper_records_its_calls_only_if_the_context_f
         assert steps[0].path.startswith(steps[1].path + "/")
     else:  # the LLM call ran in no recorded context: recorded nowhere, not outside the tool
         assert [s.kind for s in steps] == ["tool"]
+
+
+class Invoice(BaseModel):
+    number: str
+    total: int
+
+
+class PieceByPieceLLM(ToolCallingLLM):
+    """Streams a tool call's arguments a few characters at a time, as providers do; reading
+    the tool calls of a chunk whose arguments are not whole JSON yet raises."""
+
+    def _chunks(self, message: ChatMessage) -> Generator[ChatResponse, None, None]:
+        calls = message.additional_kwargs.get("tool_calls")
+        if not calls:
+            yield from super()._chunks(message)
+            return
+        arguments = calls[0]["arguments"]
+        for end in range(4, len(arguments) + 4, 4):
+            yield ChatResponse(message=ChatMessage(
+                role=MessageRole.ASSISTANT, content="",
+                additional_kwargs={"tool_calls": [{**calls[0], "arguments": arguments[:end]}]}),
+                delta="")
+
+
+@pytest.mark.parametrize("streamed", ["stream_chat", "astream_chat"])
+def test_a_structured_stream_skips_the_chunks_it_skipped_live(li_store: Store,
+                                                              streamed: str) -> None:
+    """A structured stream turns each chunk's tool call into a partial object and skips the
+    chunks whose tool calls cannot be read (LlamaIndex warns): replay serves the same error
+    for those chunks, not an empty list of tool calls (which made a partial object each)."""
+    question = [ChatMessage(role=MessageRole.USER, content="Make an invoice for ACME.")]
+
+    async def stream(llm: Any) -> list[str]:
+        structured = llm.as_structured_llm(Invoice)
+        if streamed == "stream_chat":
+            return [repr(c.raw) for c in structured.stream_chat(question)]
+        return [repr(c.raw) async for c in await structured.astream_chat(question)]
+
+    with li_store.record(name="structured-stream") as rec, instrument(rec):
+        live = asyncio.run(stream(PieceByPieceLLM()))
+    assert len(live) == 1 and live[0].startswith("Invoice(number=")  # the whole chunk only
+    with li_store.replay(rec.run_id) as player, instrument(player):
+        again = asyncio.run(stream(ReplayLLM(player)))
+    assert again == live
