@@ -4,10 +4,13 @@ replay tools that look like the originals."""
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any
 
 import pytest
+from llama_index.core import VectorStoreIndex
 from llama_index.core.agent.workflow import FunctionAgent, ToolCall, ToolCallResult
+from llama_index.core.objects import ObjectIndex, ObjectRetriever, SimpleToolNodeMapping
 from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.tools import FunctionTool, QueryEngineTool
 
@@ -157,3 +160,37 @@ def test_a_dict_a_tool_returns_replays_in_its_key_order(li_store: Store) -> None
     with li_store.replay(rec.run_id) as player:  # from PostgreSQL, which reorders JSONB keys
         again = asyncio.run(printed_results(ReplayLLM(player), replay_tools(player, tools)))
     assert again == live
+
+
+ran: list[str] = []
+
+
+def quote(ticker: str) -> str:
+    """Get a live stock quote for a ticker."""
+    ran.append(ticker)
+    return f"{ticker}: {int.from_bytes(os.urandom(2), 'big')}"  # live data: differs per run
+
+
+def test_tools_an_agent_retrieves_replay_through_their_stand_ins(li_store: Store) -> None:
+    """An agent given a `tool_retriever` (an ObjectIndex of its tools) gets its tools from
+    the retrieval: the replay retrieves them with `ReplayRetriever` and maps the retrieved
+    nodes to the stand-ins (docs/llamaindex.md), so the tools do not run."""
+    tools = [FunctionTool.from_defaults(fn=quote), FunctionTool.from_defaults(fn=scale)]
+    index = ObjectIndex.from_objects(tools, index_cls=VectorStoreIndex,
+                                     embed_model=HashEmbedding())
+
+    async def ask(llm: Any, tool_retriever: Any) -> str:
+        agent = FunctionAgent(llm=llm, tool_retriever=tool_retriever,
+                              system_prompt="Use the tools.")
+        result: Any = await agent.run(user_msg="What is the price of ACME?")
+        return str(result.response.content)
+
+    with li_store.record(name="tool-retriever") as rec, instrument(rec):
+        live = asyncio.run(ask(ToolCallingLLM(), index.as_retriever(similarity_top_k=2)))
+    assert len(ran) == 1
+    ran.clear()
+    with li_store.replay(rec.run_id) as player, instrument(player):
+        stand_ins = SimpleToolNodeMapping.from_objects(replay_tools(player, tools))
+        again = asyncio.run(ask(ReplayLLM(player),
+                                ObjectRetriever(ReplayRetriever(player), stand_ins)))
+    assert again == live and ran == []
