@@ -42,6 +42,7 @@ from agentreplay_llamaindex._convert import (
     tool_request,
 )
 from agentreplay_llamaindex._llm_calls import LlmRecorder
+from agentreplay_llamaindex._stream_events import STREAM_EVENTS, watch, written
 from agentreplay_llamaindex._tree import EMBEDDING_ENTRY_POINTS, SpanInfo, SpanTree
 from agentreplay_llamaindex._workflow_state import context_in, snapshot, tool_step_output
 
@@ -74,6 +75,8 @@ class RecordingSession:
         self._paths: dict[str, Token[str]] = {}
         #: span id of a tool given the workflow Context -> (the Context, its state before)
         self._states: dict[str, tuple[Any, dict[str, Any]]] = {}
+        #: span id of a tool given the workflow Context -> the token of its stream's events
+        self._streams: dict[str, Token[list[str] | None]] = {}
 
     def failed(self, where: str) -> None:
         self.recorder.stats.internal_errors += 1
@@ -132,10 +135,13 @@ class RecordingSession:
             before = snapshot(ctx)
             if before is not None:
                 self._states[span_id] = (ctx, before)
+            self._streams[span_id] = watch(ctx)
 
     def tool_done(self, span_id: str, info: SpanInfo | None, bound: inspect.BoundArguments,
                   result: Any, err: BaseException | None) -> None:
         state = self._states.pop(span_id, None) if self._states else None
+        token = self._streams.pop(span_id, None) if self._streams else None
+        events = written(token) if token is not None else None
         if info is None or info.owner != "tool" or info.nested or is_workflow_suspension(err):
             return  # (a suspended call is run again when its event arrives: that one counts)
         request = tool_request(bound.args, bound.kwargs)
@@ -144,6 +150,8 @@ class RecordingSession:
                                  is_error=True, path=info.path, **info.timing())
         elif result is not None and not inspect.isawaitable(result):
             output = tool_step_output(result, state)
+            if events:
+                output[STREAM_EVENTS] = events
             self.recorder.record("tool", info.name, request, output, path=info.path,
                                  **info.timing())
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from llama_index.core.async_utils import asyncio_run
@@ -17,6 +18,7 @@ from agentreplay_llamaindex._convert import (
     tool_request,
 )
 from agentreplay_llamaindex._live import aserve, serve
+from agentreplay_llamaindex._stream_events import STREAM_EVENTS, watch, write_again, written
 from agentreplay_llamaindex._tracking import replay_path
 from agentreplay_llamaindex._workflow_state import (
     WORKFLOW_STATE,
@@ -54,63 +56,105 @@ class ReplayTool(AsyncBaseTool):
 
     def call(self, *args: Any, **kwargs: Any) -> ToolOutput:
         tool = self._live
+        live = self._going_live(args, kwargs)
+
+        def run() -> ToolOutput:
+            assert tool is not None
+            with live.noting():
+                return tool(*args, **kwargs)
+
         served: list[Mapping[str, Any]] = []
         output: ToolOutput = serve(
             self._player, "tool", self._metadata.get_name(), tool_request(args, kwargs),
-            live=None if tool is None else lambda: tool(*args, **kwargs),
-            to_step=self._storing(args, kwargs), from_step=_keeping(served),
-            path=replay_path())
-        changes = self._state_changes(served, args, kwargs)
-        if changes is not None:
-            asyncio_run(apply(*changes))
+            live=None if tool is None else run, to_step=live.to_step,
+            from_step=_keeping(served), path=replay_path())
+        found = self._context_work(served, args, kwargs)
+        if found is not None:
+            ctx, stored = found
+            write_again(ctx, stored.get(STREAM_EVENTS) or [], self._metadata.get_name())
+            if stored.get(WORKFLOW_STATE):
+                asyncio_run(apply(ctx, stored[WORKFLOW_STATE]))
         return output
 
     async def acall(self, *args: Any, **kwargs: Any) -> ToolOutput:
         tool = self._live
+        live = self._going_live(args, kwargs)
 
         async def run() -> ToolOutput:
             assert tool is not None
-            if isinstance(tool, AsyncBaseTool):
-                return await tool.acall(*args, **kwargs)
-            return tool(*args, **kwargs)
+            with live.noting():
+                if isinstance(tool, AsyncBaseTool):
+                    return await tool.acall(*args, **kwargs)
+                return tool(*args, **kwargs)
 
         served: list[Mapping[str, Any]] = []
         output: ToolOutput = await aserve(
             self._player, "tool", self._metadata.get_name(), tool_request(args, kwargs),
-            live=None if tool is None else run, to_step=self._storing(args, kwargs),
+            live=None if tool is None else run, to_step=live.to_step,
             from_step=_keeping(served), path=replay_path())
-        changes = self._state_changes(served, args, kwargs)
-        if changes is not None:
-            await apply(*changes)
+        found = self._context_work(served, args, kwargs)
+        if found is not None:
+            ctx, stored = found
+            write_again(ctx, stored.get(STREAM_EVENTS) or [], self._metadata.get_name())
+            if stored.get(WORKFLOW_STATE):
+                await apply(ctx, stored[WORKFLOW_STATE])
         return output
 
-    def _storing(self, args: tuple[Any, ...], kwargs: dict[str, Any]
-                 ) -> Callable[[ToolOutput], dict[str, Any]]:
+    def _going_live(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _LiveCall:
         """How a call that goes live is recorded into the forked run: as a recording records
         it, with what it wrote to the workflow's state (against the state before the call,
-        taken only where the replay can go live)."""
+        taken only where the replay can go live) and to its stream."""
         ctx = context_in((args, kwargs)) \
             if self._live is not None and self._player.can_go_live else None
-        before = snapshot(ctx) if ctx is not None else None
-        state = (ctx, before) if before is not None else None
-        return lambda output: tool_step_output(output, state)
+        return _LiveCall(ctx)
 
-    def _state_changes(self, served: list[Mapping[str, Any]], args: tuple[Any, ...],
-                       kwargs: dict[str, Any]) -> tuple[Any, Any] | None:
-        """The Context and the state changes to write into it, if the served step has any
-        (a call that went live changed the state itself)."""
-        recorded = served[0].get(WORKFLOW_STATE) if served else None
-        if not recorded:
+    def _context_work(self, served: list[Mapping[str, Any]], args: tuple[Any, ...],
+                      kwargs: dict[str, Any]) -> tuple[Any, Mapping[str, Any]] | None:
+        """The Context and the served step, if the tool changed the workflow state or wrote
+        to its stream when recorded (a call that went live did so itself)."""
+        stored = served[0] if served else None
+        if not stored or not (stored.get(WORKFLOW_STATE) or stored.get(STREAM_EVENTS)):
             return None
         ctx = context_in((args, kwargs))
         if ctx is None:
+            did = " and ".join(what for key, what in (
+                (WORKFLOW_STATE, "changed the workflow state"),
+                (STREAM_EVENTS, "wrote events to the workflow's stream")) if stored.get(key))
             log.warning(
-                "agentreplay: run %s: tool %r changed the workflow state when recorded, but "
-                "its replay stand-in was given no workflow Context to change: the replay's "
-                "state differs from here on (make the stand-in with replay_tools(), which "
-                "agents pass the Context to)", self._player.run_id, self._metadata.get_name())
+                "agentreplay: run %s: tool %r %s when recorded, but its replay stand-in was "
+                "given no workflow Context: the replay differs from here on (make the "
+                "stand-in with replay_tools(), which agents pass the Context to)",
+                self._player.run_id, self._metadata.get_name(), did)
             return None
-        return ctx, recorded
+        return ctx, stored
+
+
+class _LiveCall:
+    """A call that may go live in a fork: its Context's state before it, and what it writes
+    to the stream while it runs, for the step the fork records."""
+
+    def __init__(self, ctx: Any) -> None:
+        self._ctx = ctx
+        before = snapshot(ctx) if ctx is not None else None
+        self._state = (ctx, before) if before is not None else None
+        self._events: list[str] | None = None
+
+    @contextlib.contextmanager
+    def noting(self) -> Iterator[None]:
+        if self._ctx is None:
+            yield
+            return
+        token = watch(self._ctx)
+        try:
+            yield
+        finally:
+            self._events = written(token)
+
+    def to_step(self, output: ToolOutput) -> dict[str, Any]:
+        stored = tool_step_output(output, self._state)
+        if self._events:
+            stored[STREAM_EVENTS] = self._events
+        return stored
 
 
 def _keeping(served: list[Mapping[str, Any]]) -> Callable[[Mapping[str, Any]], ToolOutput]:
