@@ -30,11 +30,35 @@ def error_to_record(exc: BaseException) -> dict[str, Any]:
         "module": cls.__module__,
         "message": message,
     }
-    if all(isinstance(a, (str, int, float, bool, type(None))) for a in exc.args):
+    if all(isinstance(a, _PLAIN) for a in exc.args):
         record["args"] = list(exc.args)
+    attributes = _plain_attributes(exc)
+    if attributes:
+        record["attributes"] = attributes
     if isinstance(exc, asyncio.CancelledError):
         record["cancelled"] = True
     return record
+
+
+_PLAIN = (str, int, float, bool, type(None))
+_MAX_ATTRIBUTES, _MAX_TEXT = 32, 2_000
+
+
+def _plain_attributes(exc: BaseException) -> dict[str, Any]:
+    """The public attributes of `exc` with plain values (an API error's `status_code`,
+    `code`, `type`), which handlers read; objects (an HTTP response) are left out."""
+    try:
+        found = vars(exc)
+    except TypeError:  # slots only
+        return {}
+    kept: dict[str, Any] = {}
+    for name, value in found.items():
+        if len(kept) == _MAX_ATTRIBUTES:
+            break
+        if type(name) is str and not name.startswith("_") and isinstance(value, _PLAIN) and (
+                not isinstance(value, str) or len(value) <= _MAX_TEXT):
+            kept[name] = value
+    return kept
 
 
 def _resolve_type(module: str, qualname: str) -> type[BaseException] | None:
@@ -64,14 +88,54 @@ def error_from_record(record: Any) -> BaseException:
     cls = _resolve_type(str(module), type_name) if module else None
     if cls is not None:
         args = record.get("args")
+        args = args if isinstance(args, list) else [message]
         try:
-            exc = cls(*args) if isinstance(args, list) else cls(message)
+            exc: BaseException | None = cls(*args)
         except Exception:
             exc = None
-        if exc is not None and str(exc) == message:
+        attributes = record.get("attributes")
+        if exc is not None and _text(exc) == message:
+            _restore_attributes(exc, attributes)
+        else:
+            exc = _unconstructed(cls, args, message, attributes)
+        if exc is not None:
             return _keeping(exc, record)
     return _keeping(ReplayedError(type_name, message, module if isinstance(module, str) else None),
                     record)
+
+
+def _text(exc: BaseException) -> str | None:
+    try:
+        return str(exc)
+    except Exception:
+        return None
+
+
+def _unconstructed(cls: type[BaseException], args: list[Any], message: str,
+                   attributes: Any) -> BaseException | None:
+    """An instance of `cls` made without its `__init__`, which may require what a record does
+    not hold (an API error's HTTP response as a keyword-only argument), so that handlers
+    picking errors by type (`with_fallbacks(exceptions_to_handle=...)`, a retry's
+    exception types, an `except RateLimitError`) catch it in replay as they did live; used only
+    if it shows the recorded message."""
+    try:
+        exc = cls.__new__(cls)
+        exc.args = tuple(args)
+    except Exception:
+        return None
+    _restore_attributes(exc, attributes)  # (a __str__ may read them)
+    return exc if _text(exc) == message else None
+
+
+def _restore_attributes(exc: BaseException, attributes: Any) -> None:
+    """Put back the recorded plain attributes that the rebuilt exception lacks."""
+    if not isinstance(attributes, dict):
+        return
+    for name, value in attributes.items():
+        if type(name) is str and not name.startswith("_") and isinstance(value, _PLAIN):
+            with contextlib.suppress(Exception):
+                if not hasattr(exc, name):
+                    setattr(exc, name, value)
 
 
 #: the attribute a rebuilt exception keeps its record in, for adapters that recorded more

@@ -76,6 +76,53 @@ def test_recorded_error_is_replayed_as_the_same_type(any_store: Store) -> None:
     assert again.value is not original
 
 
+class RateLimited(Exception):
+    """Shaped like an API client's error: its HTTP response is a keyword-only argument."""
+
+    status_code = 429
+
+    def __init__(self, message: str, *, response: object, retry_after: float) -> None:
+        super().__init__(message)
+        self.response = response
+        self.retry_after = retry_after
+
+
+class Coded(Exception):
+    """An error whose text is made from its attributes by __str__."""
+
+    def __init__(self, code: int, *, detail: str) -> None:
+        super().__init__()
+        self.code, self.detail = code, detail
+
+    def __str__(self) -> str:
+        return f"E{self.code}: {self.detail}"
+
+
+def test_an_error_its_class_cannot_rebuild_from_a_message_keeps_its_type(
+        any_store: Store) -> None:
+    """Handlers pick errors by class (`except RateLimited`, a retry's exception types): an
+    error whose constructor needs more than its message is still raised as its class, with
+    its plain attributes (not the objects, which a recording does not hold)."""
+    def limited() -> None:
+        raise RateLimited("429 slow down", response=object(), retry_after=1.5)
+
+    def coded() -> None:
+        raise Coded(7, detail="quota")
+
+    with any_store.record() as rec:
+        for name, fails in (("limited", limited), ("coded", coded)):
+            with pytest.raises((RateLimited, Coded)):
+                rec.call("tool", name, {}, fails)
+    with any_store.replay(rec.run_id) as player:
+        with pytest.raises(RateLimited, match="429 slow down") as limited_again:
+            player.next("tool", "limited", {})
+        with pytest.raises(Coded) as coded_again:
+            player.next("tool", "coded", {})
+    assert limited_again.value.retry_after == 1.5 and limited_again.value.status_code == 429
+    assert not hasattr(limited_again.value, "response")
+    assert str(coded_again.value) == "E7: quota" and coded_again.value.code == 7
+
+
 def test_unimportable_error_type_becomes_replayed_error(any_store: Store) -> None:
     with any_store.record() as rec:
         rec.record("tool", "t", {}, {"type": "Gone", "module": "no_such_module_x",

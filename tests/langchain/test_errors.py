@@ -21,7 +21,7 @@ from langchain_core.tools import BaseTool, InjectedToolCallId, StructuredTool, T
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
 
-from agentreplay_core import Recorder, ReplayedError, Store
+from agentreplay_core import Recorder, Store
 from agentreplay_langchain import (
     RecordingCallbackHandler,
     RecordingEmbeddings,
@@ -204,14 +204,11 @@ def test_chat_model_error_replays(store: Store, error: Exception) -> None:
     assert store.load_steps(rec.run_id)[0].is_error
     with store.replay(rec.run_id) as player, pytest.raises(Exception) as replayed:
         ReplayChatModel(player=player).invoke("hello")
-    if isinstance(error, RateLimitError):
-        assert type(replayed.value) is RateLimitError
-        assert str(replayed.value) == "429: slow down, retry in 20s"
-    else:  # the type cannot be rebuilt from what was recorded: its name and message stay
-        assert isinstance(replayed.value, ReplayedError)
-        assert replayed.value.type_name == "StatusError"
-        assert replayed.value.original_module == __name__
-        assert replayed.value.message == "503 from the provider"
+    # the same class (a handler picking errors by class catches it), message and details,
+    # also where the constructor wants more than the message
+    assert type(replayed.value) is type(error) and str(replayed.value) == str(error)
+    if isinstance(error, StatusError):
+        assert isinstance(replayed.value, StatusError) and replayed.value.status == 503
     assert live_model.calls == 1
 
 
@@ -340,18 +337,24 @@ def test_a_validation_error_after_going_live_is_recorded_into_the_fork(store: St
     assert transcript(again) == transcript(live)
 
 
-def test_a_fallback_after_a_failed_model_replays_both_calls(store: Store) -> None:
+@pytest.mark.parametrize("error", [RateLimitError("slow down"),
+                                   StatusError("503 overloaded", status=503)],
+                         ids=["rebuildable", "keyword-only"])
+def test_a_fallback_after_a_failed_model_replays_both_calls(store: Store,
+                                                            error: Exception) -> None:
     # with_fallbacks starts the backup without the primary's parent: the recorded steps are
-    # matched by their requests, the failure first, then the backup's answer
-    primary = FailingChatModel(error=RateLimitError("slow down"))
+    # matched by their requests, the failure first, then the backup's answer; the fallback
+    # handles the error by its class, in replay as live
+    primary = FailingChatModel(error=error)
     backup = ScriptedChatModel()
     with store.record(name="fallback") as rec:
-        live = primary.with_fallbacks([backup]).invoke("hello", config=callbacks(rec))
+        live = primary.with_fallbacks([backup], exceptions_to_handle=(type(error),)).invoke(
+            "hello", config=callbacks(rec))
     assert primary.calls == 1 and backup.calls == 1
     kinds = [(s.kind, s.is_error) for s in store.load_steps(rec.run_id)]
     assert kinds == [("llm", True), ("llm", False)]
     with store.replay(rec.run_id) as player:
         replayed = ReplayChatModel(player=player).with_fallbacks(
-            [ReplayChatModel(player=player)], exceptions_to_handle=(RateLimitError,)
+            [ReplayChatModel(player=player)], exceptions_to_handle=(type(error),)
         ).invoke("hello")
     assert replayed.content == live.content and replayed.id == live.id
