@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 from langchain_core.embeddings import Embeddings
 
 from agentreplay_core import Player, Recorder
+from agentreplay_core._keys import at_path, clean_label, current_path, join_path
 from agentreplay_core._player import checked_player
 from agentreplay_core._recorded_errors import error_to_record
 from agentreplay_langchain._requests import embedding_request
@@ -38,45 +39,53 @@ class RecordingEmbeddings(Embeddings):
         self.recorder = recorder
         self.name = name
 
+    def _path(self) -> str:
+        """The path the call's step gets (the recorder's default), under which the call runs:
+        what it records itself (an id it draws with `entropy=True`) is then inside it, and
+        not expected again when `ReplayEmbeddings` serves the call."""
+        return clean_label(join_path(current_path(), f"embedding:{self.name}"))
+
     def _record(self, mode: str, texts: Sequence[str], call: Callable[[], T]) -> T:
         request = embedding_request(mode, texts)
-        started, t0 = datetime.now(timezone.utc), time.perf_counter()
+        started, t0, path = datetime.now(timezone.utc), time.perf_counter(), self._path()
         try:
-            result = call()
+            with at_path(path):
+                result = call()
         except Exception as exc:
-            self._store_error(request, exc, started, t0)
+            self._store_error(request, exc, started, t0, path)
             raise
-        self._store(request, mode, result, started, t0)
+        self._store(request, mode, result, started, t0, path)
         return result
 
     async def _arecord(self, mode: str, texts: Sequence[str],
                        call: Callable[[], Awaitable[T]]) -> T:
         request = embedding_request(mode, texts)
-        started, t0 = datetime.now(timezone.utc), time.perf_counter()
+        started, t0, path = datetime.now(timezone.utc), time.perf_counter(), self._path()
         try:
-            result = await call()
+            with at_path(path):
+                result = await call()
         except (Exception, asyncio.CancelledError) as exc:
             # a cancelled call (a timeout) is recorded too, so that replay does not hand the
             # result of the retry that followed to the call that never finished
-            self._store_error(request, exc, started, t0)
+            self._store_error(request, exc, started, t0, path)
             raise
-        self._store(request, mode, result, started, t0)
+        self._store(request, mode, result, started, t0, path)
         return result
 
     def _store_error(self, request: dict[str, Any], exc: BaseException, started: datetime,
-                     t0: float) -> None:
+                     t0: float, path: str) -> None:
         self.recorder.record("embedding", self.name, request, error_to_record(exc),
-                             is_error=True, started_at=started,
+                             is_error=True, path=path, started_at=started,
                              duration_ms=(time.perf_counter() - t0) * 1000)
 
     def _store(self, request: dict[str, Any], mode: str, result: Any, started: datetime,
-               t0: float) -> None:
+               t0: float, path: str) -> None:
         try:
             output: Any = _floats(result) if mode == "documents" else _floats([result])[0]
         except Exception:
             output = result  # not vectors of numbers: stored as it is (or marked unencodable)
-        self.recorder.record("embedding", self.name, request, output, started_at=started,
-                             duration_ms=(time.perf_counter() - t0) * 1000)
+        self.recorder.record("embedding", self.name, request, output, path=path,
+                             started_at=started, duration_ms=(time.perf_counter() - t0) * 1000)
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         return self._record("documents", texts, lambda: self.inner.embed_documents(texts))

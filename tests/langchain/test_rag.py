@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from typing import Any
 
 import pytest
@@ -157,3 +158,29 @@ def test_documents_keep_their_metadata_key_order(store: Store) -> None:
                       ).invoke("pages")
     assert again.content == live.content
     assert seen == [["title", "source", "page", "a"]] * 2
+
+
+class ClientEmbeddings(HashEmbeddings):
+    """An embeddings client that draws a request id per call, as HTTP clients do."""
+
+    def embed_query(self, text: str) -> list[float]:
+        uuid.uuid4()
+        return super().embed_query(text)
+
+    async def aembed_query(self, text: str) -> list[float]:
+        uuid.uuid4()
+        return super().embed_query(text)
+
+
+def test_ids_an_embeddings_call_draws_replay_with_it(store: Store) -> None:
+    """With `entropy=True` what a call draws is recorded inside it: `ReplayEmbeddings`,
+    which does not call the client, must not leave those draws unused."""
+    with store.record(name="embedding-ids", entropy=True) as rec:
+        embeddings = RecordingEmbeddings(ClientEmbeddings(), rec)
+        live = [embeddings.embed_query("tea"), asyncio.run(embeddings.aembed_query("rain"))]
+    draws = [s.path for s in store.load_steps(rec.run_id) if s.kind == "uuid"]
+    assert draws == ["embedding:embeddings/uuid:uuid.uuid4"] * 2
+    with store.replay(rec.run_id) as player:  # would end with missing_call otherwise
+        replayed = ReplayEmbeddings(player=player)
+        again = [replayed.embed_query("tea"), asyncio.run(replayed.aembed_query("rain"))]
+    assert again == live
