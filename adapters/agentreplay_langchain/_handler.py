@@ -25,6 +25,9 @@ from agentreplay_langchain._requests import (
     retriever_request,
     tool_request,
 )
+from agentreplay_langchain._store_writes import STORE_WRITES
+from agentreplay_langchain._store_writes import noted as store_writes
+from agentreplay_langchain._store_writes import watch as watch_store
 from agentreplay_langchain._tree import RunTreeTracker
 
 log = logging.getLogger("agentreplay")
@@ -218,19 +221,30 @@ class RecordingCallbackHandler(RunTreeTracker):
         path = self._enter("tool", serialized, run_id, parent_run_id, tags, kwargs)
         name = str((serialized or {}).get("name") or kwargs.get("name") or "tool")
         request = tool_request(inputs if inputs is not None else input_str, resume_answers())
-        self._begin(run_id, _Call("tool", name, request, path,
-                                  extra={"tool_call_id": kwargs.get("tool_call_id")}))
+        # (this callback runs inline, in the context the tool then runs in a copy of)
+        self._begin(run_id, _Call("tool", name, request, path, extra={
+            "tool_call_id": kwargs.get("tool_call_id"), "store": watch_store(inputs)}))
 
     @_guarded
     def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
         with self._lock:
             call = self._calls.get(run_id)
-            call_id = call.extra.get("tool_call_id") if call else None
-        call_id = call_id or getattr(output, "tool_call_id", None)
-        self._finish(run_id, tool_output(output, call_id))
+            extra = call.extra if call else {}
+        call_id = extra.get("tool_call_id") or getattr(output, "tool_call_id", None)
+        stored = tool_output(output, call_id)
+        token = extra.get("store")
+        writes = store_writes(token) if token is not None else None
+        if writes:
+            stored[STORE_WRITES] = writes
+        self._finish(run_id, stored)
 
     @_guarded
     def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        with self._lock:
+            call = self._calls.get(run_id)
+            token = call.extra.get("store") if call else None
+        if token is not None:
+            store_writes(token)  # stop noting: an error is recorded without them
         self._finish(run_id, tool_error_record(error), is_error=True)
 
     # -- retrievers ------------------------------------------------------------------------

@@ -88,9 +88,27 @@ def llm_request(prompt: str, stop: Any) -> dict[str, Any]:
     return request
 
 
+def _store_type() -> type | None:
+    try:
+        from langgraph.store.base import BaseStore
+    except ImportError:
+        return None
+    return BaseStore
+
+
+_STORE_TYPE = _store_type()
+
+
 def tool_request(inputs: Any, resume: list[Any] | None = None) -> dict[str, Any]:
     """The request of a tool call: its arguments as `on_tool_start` saw them, and the answers
-    of a resumed LangGraph task it runs in (`_interrupts.resume_answers`)."""
+    of a resumed LangGraph task it runs in (`_interrupts.resume_answers`).
+
+    LangGraph's store, injected into a tool (`InjectedStore`), is left out: langchain-core
+    before 1.0 shows injected arguments to `on_tool_start`, and a store is no argument the
+    model chose (nor a value a run log can hold)."""
+    if _STORE_TYPE is not None and type(inputs) is dict and any(
+            isinstance(v, _STORE_TYPE) for v in inputs.values()):
+        inputs = {k: v for k, v in inputs.items() if not isinstance(v, _STORE_TYPE)}
     request = {"input": copy.deepcopy(inputs)}
     if resume is not None:
         request["resume"] = resume

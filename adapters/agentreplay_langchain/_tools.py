@@ -25,6 +25,9 @@ from agentreplay_langchain._compat import keep_signatures, tool_start_inputs
 from agentreplay_langchain._convert import tool_output, tool_result
 from agentreplay_langchain._interrupts import pause_again, resume_answers
 from agentreplay_langchain._requests import tool_request
+from agentreplay_langchain._store_writes import STORE_WRITES, awrite_again, write_again
+from agentreplay_langchain._store_writes import noted as store_writes
+from agentreplay_langchain._store_writes import watch as watch_store
 from agentreplay_langchain._tree import call_id_of, tracked_path
 
 
@@ -34,6 +37,9 @@ class _Invocation:
     tool_input: Any = None
     tool_call_id: str | None = None
     served: bool = False
+    live: bool = False
+    #: what the served (not live) call wrote to the graph's store when recorded
+    store_writes: Any = None
 
 
 _call_paths: weakref.WeakKeyDictionary[Player, dict[str, str]] = weakref.WeakKeyDictionary()
@@ -113,6 +119,8 @@ class ReplayTool(BaseTool):
         except Exception as replayed:
             pause_again(replayed)  # a LangGraph interrupt pauses the graph as it did
             raise
+        if isinstance(output, dict) and not invocation.live:
+            invocation.store_writes = output.get(STORE_WRITES)
         result = tool_result(output)
         artifacts = self.response_format == "content_and_artifact"
         if isinstance(result, ToolMessage):
@@ -132,18 +140,36 @@ class ReplayTool(BaseTool):
         assert tool is not None
 
         def call() -> dict[str, Any]:
-            # no callbacks: this replay tool's own run reports the result to the caller's
-            result = tool.run(invocation.tool_input, tool_call_id=invocation.tool_call_id)
-            return tool_output(result, invocation.tool_call_id)
+            invocation.live = True  # (it writes to the store itself)
+            token = watch_store(invocation.tool_input)
+            try:
+                # no callbacks: this replay tool's own run reports the result to the caller's
+                result = tool.run(invocation.tool_input, tool_call_id=invocation.tool_call_id)
+            finally:
+                writes = store_writes(token) if token is not None else None
+            output = tool_output(result, invocation.tool_call_id)
+            if writes:
+                output[STORE_WRITES] = writes
+            return output
         return call
 
     def _run(self, *args: Any, run_manager: CallbackManagerForToolRun | None = None,
              **kwargs: Any) -> Any:
-        return self._serve(run_manager, args, kwargs)
+        result = self._serve(run_manager, args, kwargs)
+        write_again(self._served_writes(), kwargs)
+        return result
 
     async def _arun(self, *args: Any, run_manager: AsyncCallbackManagerForToolRun | None = None,
                     **kwargs: Any) -> Any:
-        return self._serve(run_manager, args, kwargs)
+        result = self._serve(run_manager, args, kwargs)
+        await awrite_again(self._served_writes(), kwargs)
+        return result
+
+    @staticmethod
+    def _served_writes() -> Any:
+        """What the call just served wrote to the graph's store when recorded."""
+        invocation = _invocation.get()
+        return invocation.store_writes if invocation is not None else None
 
     def _unserved(self, invocation: _Invocation, output: Callable[[], Any], *,
                   is_error: bool = False) -> None:

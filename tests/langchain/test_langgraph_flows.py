@@ -11,12 +11,13 @@ import os
 from typing import Annotated, Any
 
 import pytest
-from langchain_core.messages import HumanMessage, ToolMessage
+from langchain_core.messages import HumanMessage, SystemMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, InjectedToolCallId, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
-from langgraph.prebuilt import ToolNode
+from langgraph.prebuilt import InjectedStore, ToolNode, tools_condition
+from langgraph.store.memory import InMemoryStore
 from langgraph.types import Command, interrupt
 
 from agentreplay_core import ReplayDivergence, Store
@@ -270,3 +271,82 @@ def test_a_replay_resumed_with_another_answer_diverges_at_the_tool(store: Store,
     assert forked["asked"] == live["asked"] and asked_for == ["ACME"]  # resumed: ran, live
     [result] = [content for kind, content in forked["messages"] if kind == "tool"]
     assert str(result).startswith("ACME: no (")
+
+
+saved: list[str] = []
+
+
+@tool
+def save_memory(fact: str, memory: Annotated[Any, InjectedStore()]) -> str:
+    """Save a fact about the user to long-term memory."""
+    saved.append(fact)
+    memory.put(("memories", "u1"), f"fact-{os.urandom(3).hex()}", {"fact": fact})
+    memory.delete(("memories", "u1"), "outdated")
+    return "saved"
+
+
+def remembering_graph(model: Any, node: ToolNode, memory: InMemoryStore) -> Any:
+    """The agent's prompt lists what the store remembers (a long-term memory)."""
+    bound = model.bind_tools([save_memory])
+
+    def agent(state: MessagesState, config: RunnableConfig) -> dict[str, Any]:
+        facts = sorted(i.value["fact"] for i in memory.search(("memories", "u1")))
+        return {"messages": [bound.invoke(
+            [SystemMessage(f"memories: {facts}"), *state["messages"]], config)]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", agent)
+    graph.add_node("tools", node)
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", tools_condition)
+    graph.add_edge("tools", "agent")
+    return graph.compile(store=memory)
+
+
+def remembered(model: Any, node: ToolNode, *, asynchronous: bool = False,
+               likes: str = "tea") -> dict[str, Any]:
+    memory = InMemoryStore()
+    memory.put(("memories", "u1"), "outdated", {"fact": "likes coffee"})
+    app = remembering_graph(model, node, memory)
+    question = {"messages": [HumanMessage(f"remember that I like {likes}")]}
+    done = asyncio.run(app.ainvoke(question)) if asynchronous else app.invoke(question)
+    return {"messages": [(m.type, m.content) for m in done["messages"]],
+            "memory": sorted((i.key.startswith("fact-"), i.value["fact"])
+                             for i in memory.search(("memories", "u1")))}
+
+
+@SEAMS
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_what_a_tool_writes_to_the_store_is_written_again_in_replay(
+        store: Store, seam: str, asynchronous: bool) -> None:
+    """A tool that saves to the graph's store (InjectedStore) is served in replay, not run:
+    its writes, recorded with it, are written again, so the next prompt that lists the
+    memories replays, and the store ends as it did live."""
+    model = ScriptedChatModel(plan=[[("save_memory", {"fact": "likes tea"})]])
+    with store.record(name="memory-writes") as rec, instrument(rec):
+        live = remembered(model, ToolNode([save_memory]), asynchronous=asynchronous)
+    assert live["memory"] == [(True, "likes tea")] and saved == ["likes tea"]
+    saved.clear()
+    with store.replay(rec.run_id) as player, instrument(player):
+        node = ToolNode(replay_tools(player, [save_memory])) if seam == "replay_tools" \
+            else ToolNode([save_memory], wrap_tool_call=replay_tool_call(player))
+        again = remembered(ReplayChatModel(player=player), node, asynchronous=asynchronous)
+    assert again == live and saved == []
+
+
+def test_a_tool_gone_live_records_its_store_writes_into_the_fork(store: Store) -> None:
+    with store.record(name="memory-writes-fork") as rec, instrument(rec):
+        remembered(ScriptedChatModel(plan=[[("save_memory", {"fact": "likes tea"})]]),
+                   ToolNode([save_memory]))
+    saved.clear()
+    live_model = ScriptedChatModel(plan=[[("save_memory", {"fact": "likes rain"})]])
+    with store.replay(rec.run_id, on_divergence="live", allow_unused=True) as player, \
+            instrument(player):
+        forked = remembered(ReplayChatModel(player=player, live=live_model),
+                            ToolNode(replay_tools(player, [save_memory])), likes="rain")
+        fork = player.fork
+    assert fork is not None and saved == ["likes rain"]  # ran live, once
+    assert forked["memory"] == [(True, "likes rain")]
+    [step] = [s for s in store.load_steps(fork.run_id) if s.kind == "tool"]
+    assert [(w[0], w[2]) for w in step.output["store_writes"]] == [
+        (["memories", "u1"], {"fact": "likes rain"}), (["memories", "u1"], None)]

@@ -1,0 +1,145 @@
+"""What a tool writes to LangGraph's store, kept with its result.
+
+A tool given the graph's store (`InjectedStore`, `ToolRuntime.store`, `get_store()`) can save
+what later turns read (a long-term memory: `store.put(("memories", user), key, {...})`, which
+the agent's node searches into its next prompt). A replay serves the tool without running
+it, so its writes are recorded with its step (`store_writes`: `[namespace, key, value]` each,
+the value None for a delete, and the write's `index` where it named one) and written again
+into the replay's store when the stand-in serves the result.
+
+The store is the graph's, shared by every task, so the recording wraps its class's `batch`
+and `abatch` (which `put` and `delete` go through) once: the wrappers note the writes only
+while a recorded tool call runs in the writer's context (a context variable set when the
+call starts), and always call the originals.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+from collections.abc import Callable, Iterable
+from contextvars import ContextVar, Token
+from typing import Any
+
+#: beside a tool's stored output: what it wrote to the graph's store, in order
+STORE_WRITES = "store_writes"
+
+_noted: ContextVar[list[list[Any]] | None] = ContextVar("agentreplay_store_writes",
+                                                        default=None)
+_wrapping = threading.Lock()
+
+Noting = Token[list[list[Any]] | None]
+
+
+def graph_store(arguments: Any = None) -> Any | None:
+    """The store of the LangGraph run the current call is part of, if any: LangGraph's, or
+    the one injected among the call's `arguments` (before Python 3.11 async code cannot ask
+    LangGraph for it)."""
+    try:
+        from langgraph.config import get_store
+
+        return get_store()
+    except Exception:  # no LangGraph, not inside a graph, or a graph without a store
+        pass
+    if isinstance(arguments, dict):
+        try:
+            from langgraph.store.base import BaseStore
+        except ImportError:
+            return None
+        return next((v for v in arguments.values() if isinstance(v, BaseStore)), None)
+    return None
+
+
+def watch(arguments: Any = None) -> Noting | None:
+    """Start noting what this context writes to the graph's store (a tool call starting)."""
+    store = graph_store(arguments)
+    if store is None:
+        return None
+    _wrap(type(store))
+    return _noted.set([])
+
+
+def noted(token: Noting) -> list[list[Any]] | None:
+    """The writes noted since `watch` gave `token` (None: none), and stop noting them."""
+    writes = _noted.get()
+    try:
+        _noted.reset(token)
+    except ValueError:  # ended in another context than it started in
+        _noted.set(None)
+    return writes or None
+
+
+def _wrap(cls: type) -> None:
+    for method in ("batch", "abatch"):
+        owner = next((c for c in cls.__mro__ if method in c.__dict__), None)
+        if owner is None or getattr(owner.__dict__[method], "__agentreplay__", False):
+            continue
+        with _wrapping:
+            original = owner.__dict__[method]
+            if not getattr(original, "__agentreplay__", False):
+                wrapper = _anoting if inspect.iscoroutinefunction(original) else _noting
+                setattr(owner, method, wrapper(original))
+
+
+def _note(ops: Iterable[Any]) -> Iterable[Any]:
+    """Note the writes among `ops`; the ops, as a list (an iterator is read once)."""
+    writes = _noted.get()
+    if writes is None:
+        return ops
+    ops = list(ops)
+    try:
+        from langgraph.store.base import PutOp
+
+        for op in ops:
+            if isinstance(op, PutOp):
+                write: list[Any] = [list(op.namespace), op.key,
+                         None if op.value is None else dict(op.value)]
+                if op.index is not None:
+                    write.append(op.index)
+                writes.append(write)
+    except Exception:  # never in the way of the agent's own write
+        pass
+    return ops
+
+
+def _noting(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def batch(self: Any, ops: Iterable[Any], *args: Any, **kwargs: Any) -> Any:
+        return original(self, _note(ops), *args, **kwargs)
+
+    batch.__agentreplay__ = True  # type: ignore[attr-defined]
+    return batch
+
+
+def _anoting(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    async def abatch(self: Any, ops: Iterable[Any], *args: Any, **kwargs: Any) -> Any:
+        return await original(self, _note(ops), *args, **kwargs)
+
+    abatch.__agentreplay__ = True  # type: ignore[attr-defined]
+    return abatch
+
+
+def _ops(writes: Any) -> list[Any]:
+    from langgraph.store.base import PutOp
+
+    ops = []
+    for write in writes if isinstance(writes, list) else []:
+        if isinstance(write, list) and len(write) in (3, 4):
+            index = write[3] if len(write) == 4 else None
+            ops.append(PutOp(tuple(write[0]), write[1], write[2], index=index))
+    return ops
+
+
+def write_again(writes: Any, arguments: Any = None) -> None:
+    """Apply recorded writes to the current graph's store."""
+    store = graph_store(arguments) if writes else None
+    if store is not None:
+        store.batch(_ops(writes))
+
+
+async def awrite_again(writes: Any, arguments: Any = None) -> None:
+    store = graph_store(arguments) if writes else None
+    if store is not None:
+        await store.abatch(_ops(writes))
