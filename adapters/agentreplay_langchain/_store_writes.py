@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import threading
 from collections.abc import Callable, Iterable
 from contextvars import ContextVar, Token
 from typing import Any
+
+log = logging.getLogger("agentreplay.langchain")
 
 #: beside a tool's stored output: what it wrote to the graph's store, in order
 STORE_WRITES = "store_writes"
@@ -132,14 +135,27 @@ def _ops(writes: Any) -> list[Any]:
     return ops
 
 
-def write_again(writes: Any, arguments: Any = None) -> None:
-    """Apply recorded writes to the current graph's store."""
+def _writable(writes: Any, arguments: Any, tool: str) -> Any | None:
+    """The store to write `writes` into again, if any: not one with an embedding index,
+    which would embed the values again (a live model, or embedding steps the replay served
+    with the tool already)."""
     store = graph_store(arguments) if writes else None
+    if store is not None and getattr(store, "index_config", None):
+        log.warning("agentreplay: tool %r wrote to the graph's store when recorded, but the "
+                    "store embeds what is written (an index): the replay does not write it "
+                    "again, and the store differs from here on", tool)
+        return None
+    return store
+
+
+def write_again(writes: Any, arguments: Any, tool: str) -> None:
+    """Apply recorded writes to the current graph's store."""
+    store = _writable(writes, arguments, tool)
     if store is not None:
         store.batch(_ops(writes))
 
 
-async def awrite_again(writes: Any, arguments: Any = None) -> None:
-    store = graph_store(arguments) if writes else None
+async def awrite_again(writes: Any, arguments: Any, tool: str) -> None:
+    store = _writable(writes, arguments, tool)
     if store is not None:
         await store.abatch(_ops(writes))

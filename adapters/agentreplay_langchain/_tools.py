@@ -156,13 +156,13 @@ class ReplayTool(BaseTool):
     def _run(self, *args: Any, run_manager: CallbackManagerForToolRun | None = None,
              **kwargs: Any) -> Any:
         result = self._serve(run_manager, args, kwargs)
-        write_again(self._served_writes(), kwargs)
+        write_again(self._served_writes(), kwargs, self.name)
         return result
 
     async def _arun(self, *args: Any, run_manager: AsyncCallbackManagerForToolRun | None = None,
                     **kwargs: Any) -> Any:
         result = self._serve(run_manager, args, kwargs)
-        await awrite_again(self._served_writes(), kwargs)
+        await awrite_again(self._served_writes(), kwargs, self.name)
         return result
 
     @staticmethod

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import operator
 import os
 from typing import Annotated, Any
@@ -28,7 +29,7 @@ from agentreplay_langchain import (
     replay_tool_call,
     replay_tools,
 )
-from tests.langchain.fakes import Counter, ScriptedChatModel, make_tools
+from tests.langchain.fakes import Counter, HashEmbeddings, ScriptedChatModel, make_tools
 from tests.langchain.test_langgraph import build_graph
 
 
@@ -304,8 +305,8 @@ def remembering_graph(model: Any, node: ToolNode, memory: InMemoryStore) -> Any:
 
 
 def remembered(model: Any, node: ToolNode, *, asynchronous: bool = False,
-               likes: str = "tea") -> dict[str, Any]:
-    memory = InMemoryStore()
+               likes: str = "tea", index: Any = None) -> dict[str, Any]:
+    memory = InMemoryStore(index=index)
     memory.put(("memories", "u1"), "outdated", {"fact": "likes coffee"})
     app = remembering_graph(model, node, memory)
     question = {"messages": [HumanMessage(f"remember that I like {likes}")]}
@@ -350,3 +351,19 @@ def test_a_tool_gone_live_records_its_store_writes_into_the_fork(store: Store) -
     [step] = [s for s in store.load_steps(fork.run_id) if s.kind == "tool"]
     assert [(w[0], w[2]) for w in step.output["store_writes"]] == [
         (["memories", "u1"], {"fact": "likes rain"}), (["memories", "u1"], None)]
+
+
+def test_writes_to_a_store_that_embeds_them_are_not_written_again(
+        store: Store, caplog: pytest.LogCaptureFixture) -> None:
+    """A store with an embedding index embeds what is written: writing again in replay would
+    call the embedding model, so the replay says it does not, and the memories differ."""
+    index = {"dims": 8, "embed": HashEmbeddings(size=8)}
+    model = ScriptedChatModel(plan=[[("save_memory", {"fact": "likes tea"})]])
+    with store.record(name="indexed-memory") as rec, instrument(rec):
+        remembered(model, ToolNode([save_memory]), index=index)
+    with pytest.raises(ReplayDivergence) as caught, store.replay(rec.run_id) as player, \
+            instrument(player), caplog.at_level(logging.WARNING, "agentreplay.langchain"):
+        remembered(ReplayChatModel(player=player),
+                   ToolNode(replay_tools(player, [save_memory])), index=index)
+    assert "store embeds what is written" in caplog.text
+    assert caught.value.classification == "prompt_changed" and "likes tea" in caught.value.diff
