@@ -46,6 +46,7 @@ from agentreplay_langchain._construct import (
     chat_generation,
     shape,
 )
+from agentreplay_langchain._store_writes import STORE_WRITES
 
 #: marks a stored LangChain object; the number is the envelope's format version
 ENVELOPE = "agentreplay.langchain"
@@ -202,11 +203,15 @@ def dump(value: Any) -> Any:
 RESULT_ORDER = "result_order"
 
 
-def tool_output(result: Any, tool_call_id: str | None) -> dict[str, Any]:
-    """What a tool's step stores: its result and the tool call it answered."""
+def tool_output(result: Any, tool_call_id: str | None,
+                store_writes: list[list[Any]] | None = None) -> dict[str, Any]:
+    """What a tool's step stores: its result, the tool call it answered, and what it wrote
+    to LangGraph's store (`_store_writes`)."""
     output = {"result": dump(result), "tool_call_id": tool_call_id}
     if type(result) is dict or type(result) is list:  # e.g. rendered into a prompt by str()
         keep_key_order(output, RESULT_ORDER, result)
+    if store_writes:
+        output[STORE_WRITES] = store_writes
     return output
 
 

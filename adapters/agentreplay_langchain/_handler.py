@@ -25,7 +25,6 @@ from agentreplay_langchain._requests import (
     retriever_request,
     tool_request,
 )
-from agentreplay_langchain._store_writes import STORE_WRITES
 from agentreplay_langchain._store_writes import noted as store_writes
 from agentreplay_langchain._store_writes import watch as watch_store
 from agentreplay_langchain._tree import RunTreeTracker
@@ -231,12 +230,9 @@ class RecordingCallbackHandler(RunTreeTracker):
             call = self._calls.get(run_id)
             extra = call.extra if call else {}
         call_id = extra.get("tool_call_id") or getattr(output, "tool_call_id", None)
-        stored = tool_output(output, call_id)
         token = extra.get("store")
         writes = store_writes(token) if token is not None else None
-        if writes:
-            stored[STORE_WRITES] = writes
-        self._finish(run_id, stored)
+        self._finish(run_id, tool_output(output, call_id, writes))
 
     @_guarded
     def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:

@@ -147,10 +147,7 @@ class ReplayTool(BaseTool):
                 result = tool.run(invocation.tool_input, tool_call_id=invocation.tool_call_id)
             finally:
                 writes = store_writes(token) if token is not None else None
-            output = tool_output(result, invocation.tool_call_id)
-            if writes:
-                output[STORE_WRITES] = writes
-            return output
+            return tool_output(result, invocation.tool_call_id, writes)
         return call
 
     def _run(self, *args: Any, run_manager: CallbackManagerForToolRun | None = None,
