@@ -8,9 +8,9 @@ the value None for a delete, and the write's `index` where it named one) and wri
 into the replay's store when the stand-in serves the result.
 
 The store is the graph's, shared by every task, so the recording wraps its class's `batch`
-and `abatch` (which `put` and `delete` go through) once: the wrappers note the writes only
-while a recorded tool call runs in the writer's context (a context variable set when the
-call starts), and always call the originals.
+and `abatch` (which `put` and `delete` go through) once (`agentreplay_core._noting`): the
+wrappers note the writes only while a recorded tool call runs in the writer's context, and
+always call the originals.
 """
 
 from __future__ import annotations
@@ -18,19 +18,18 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-import threading
 from collections.abc import Callable, Iterable
-from contextvars import ContextVar, Token
+from contextvars import Token
 from typing import Any
+
+from agentreplay_core._noting import Notes, wrap_once
 
 log = logging.getLogger("agentreplay.langchain")
 
 #: beside a tool's stored output: what it wrote to the graph's store, in order
 STORE_WRITES = "store_writes"
 
-_noted: ContextVar[list[list[Any]] | None] = ContextVar("agentreplay_store_writes",
-                                                        default=None)
-_wrapping = threading.Lock()
+_noted: Notes[list[Any]] = Notes("agentreplay_store_writes")
 
 Noting = Token[list[list[Any]] | None]
 
@@ -59,35 +58,19 @@ def watch(arguments: Any = None) -> Noting | None:
     store = graph_store(arguments)
     if store is None:
         return None
-    _wrap(type(store))
-    return _noted.set([])
+    for method in ("batch", "abatch"):
+        wrap_once(type(store), method, _noting)
+    return _noted.start()
 
 
 def noted(token: Noting) -> list[list[Any]] | None:
     """The writes noted since `watch` gave `token` (None: none), and stop noting them."""
-    writes = _noted.get()
-    try:
-        _noted.reset(token)
-    except ValueError:  # ended in another context than it started in
-        _noted.set(None)
-    return writes or None
-
-
-def _wrap(cls: type) -> None:
-    for method in ("batch", "abatch"):
-        owner = next((c for c in cls.__mro__ if method in c.__dict__), None)
-        if owner is None or getattr(owner.__dict__[method], "__agentreplay__", False):
-            continue
-        with _wrapping:
-            original = owner.__dict__[method]
-            if not getattr(original, "__agentreplay__", False):
-                wrapper = _anoting if inspect.iscoroutinefunction(original) else _noting
-                setattr(owner, method, wrapper(original))
+    return _noted.stop(token)
 
 
 def _note(ops: Iterable[Any]) -> Iterable[Any]:
     """Note the writes among `ops`; the ops, as a list (an iterator is read once)."""
-    writes = _noted.get()
+    writes = _noted.current
     if writes is None:
         return ops
     ops = list(ops)
@@ -107,21 +90,16 @@ def _note(ops: Iterable[Any]) -> Iterable[Any]:
 
 
 def _noting(original: Callable[..., Any]) -> Callable[..., Any]:
+    if inspect.iscoroutinefunction(original):
+        @functools.wraps(original)
+        async def abatch(self: Any, ops: Iterable[Any], *args: Any, **kwargs: Any) -> Any:
+            return await original(self, _note(ops), *args, **kwargs)
+        return abatch
+
     @functools.wraps(original)
     def batch(self: Any, ops: Iterable[Any], *args: Any, **kwargs: Any) -> Any:
         return original(self, _note(ops), *args, **kwargs)
-
-    batch.__agentreplay__ = True  # type: ignore[attr-defined]
     return batch
-
-
-def _anoting(original: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(original)
-    async def abatch(self: Any, ops: Iterable[Any], *args: Any, **kwargs: Any) -> Any:
-        return await original(self, _note(ops), *args, **kwargs)
-
-    abatch.__agentreplay__ = True  # type: ignore[attr-defined]
-    return abatch
 
 
 def _ops(writes: Any) -> list[Any]:

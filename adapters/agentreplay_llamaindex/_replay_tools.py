@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from typing import Any
 
 from llama_index.core.async_utils import asyncio_run
@@ -68,12 +68,9 @@ class ReplayTool(AsyncBaseTool):
             self._player, "tool", self._metadata.get_name(), tool_request(args, kwargs),
             live=None if tool is None else run, to_step=live.to_step,
             from_step=_keeping(served), path=replay_path())
-        found = self._context_work(served, args, kwargs)
-        if found is not None:
-            ctx, stored = found
-            write_again(ctx, stored.get(STREAM_EVENTS) or [], self._metadata.get_name())
-            if stored.get(WORKFLOW_STATE):
-                asyncio_run(apply(ctx, stored[WORKFLOW_STATE]))
+        changing = self._write_back(served, args, kwargs)
+        if changing is not None:
+            asyncio_run(changing)
         return output
 
     async def acall(self, *args: Any, **kwargs: Any) -> ToolOutput:
@@ -92,12 +89,9 @@ class ReplayTool(AsyncBaseTool):
             self._player, "tool", self._metadata.get_name(), tool_request(args, kwargs),
             live=None if tool is None else run, to_step=live.to_step,
             from_step=_keeping(served), path=replay_path())
-        found = self._context_work(served, args, kwargs)
-        if found is not None:
-            ctx, stored = found
-            write_again(ctx, stored.get(STREAM_EVENTS) or [], self._metadata.get_name())
-            if stored.get(WORKFLOW_STATE):
-                await apply(ctx, stored[WORKFLOW_STATE])
+        changing = self._write_back(served, args, kwargs)
+        if changing is not None:
+            await changing
         return output
 
     def _going_live(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _LiveCall:
@@ -108,10 +102,11 @@ class ReplayTool(AsyncBaseTool):
             if self._live is not None and self._player.can_go_live else None
         return _LiveCall(ctx)
 
-    def _context_work(self, served: list[Mapping[str, Any]], args: tuple[Any, ...],
-                      kwargs: dict[str, Any]) -> tuple[Any, Mapping[str, Any]] | None:
-        """The Context and the served step, if the tool changed the workflow state or wrote
-        to its stream when recorded (a call that went live did so itself)."""
+    def _write_back(self, served: list[Mapping[str, Any]], args: tuple[Any, ...],
+                    kwargs: dict[str, Any]) -> Coroutine[Any, Any, None] | None:
+        """Write the events the served step's tool wrote to the workflow's stream when
+        recorded into the call's Context; the write of its state changes, to await, if any.
+        (A call that went live did both itself.)"""
         stored = served[0] if served else None
         if not stored or not (stored.get(WORKFLOW_STATE) or stored.get(STREAM_EVENTS)):
             return None
@@ -126,7 +121,9 @@ class ReplayTool(AsyncBaseTool):
                 "stand-in with replay_tools(), which agents pass the Context to)",
                 self._player.run_id, self._metadata.get_name(), did)
             return None
-        return ctx, stored
+        write_again(ctx, stored.get(STREAM_EVENTS) or [], self._metadata.get_name())
+        changes = stored.get(WORKFLOW_STATE)
+        return apply(ctx, changes) if changes else None
 
 
 class _LiveCall:

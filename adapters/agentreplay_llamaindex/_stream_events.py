@@ -8,12 +8,12 @@ store) and written to the stream again when the stand-in serves the result, befo
 agent's `ToolCallResult`, as live.
 
 A `Context` has no attributes of its own to wrap (slots), so the recording wraps its class's
-`write_event_to_stream`, once: the wrapper notes an event only while a recorded tool call runs
-in the writer's context (a context variable set at the tool's start), and always calls the
-original. The question `wait_for_event` streams for a person (its `waiter_event`) is not
-noted: the replay serves the answered call and asks no one. A replay rebuilds an event only
-as an `Event` class already imported by the program (a recording names classes; it never
-makes the replay import one).
+`write_event_to_stream`, once (`agentreplay_core._noting`): the wrapper notes an event only
+while a recorded tool call runs in the writer's context, and always calls the original.
+The question `wait_for_event` streams for a person (its `waiter_event`) is not noted: the
+replay serves the answered call and asks no one. A replay rebuilds an event only as an
+`Event` class already imported by the program (a recording names classes; it never makes
+the replay import one).
 """
 
 from __future__ import annotations
@@ -23,68 +23,52 @@ import inspect
 import json
 import logging
 import sys
-import threading
 from collections.abc import Callable
-from contextvars import ContextVar, Token
+from contextvars import Token
 from typing import Any
 
 from llama_index.core.workflow import Event, JsonSerializer
+
+from agentreplay_core._noting import Notes, wrap_once
 
 log = logging.getLogger("agentreplay.llamaindex")
 
 #: beside a tool's stored output: the events it wrote to the stream, in order
 STREAM_EVENTS = "stream_events"
 
-_written: ContextVar[list[str] | None] = ContextVar("agentreplay_tool_stream_events",
-                                                   default=None)
-_wrapping = threading.Lock()
+_written: Notes[str] = Notes("agentreplay_tool_stream_events")
 
 
 def watch(ctx: Any) -> Token[list[str] | None]:
     """Start noting the events written to the stream in this context (a tool's call)."""
-    _wrap(type(ctx))
-    return _written.set([])
+    wrap_once(type(ctx), "write_event_to_stream", _noting)
+    wrap_once(type(ctx), "wait_for_event", _asking)
+    return _written.start()
 
 
 def written(token: Token[list[str] | None]) -> list[str] | None:
     """The events noted since `watch` gave `token` (None: none), and stop noting them."""
-    events = _written.get()
-    try:
-        _written.reset(token)
-    except ValueError:  # ended in another context than it started in
-        _written.set(None)
-    return events or None
-
-
-def _wrap(cls: type) -> None:
-    for method, wrapper in (("write_event_to_stream", _noting), ("wait_for_event", _asking)):
-        owner = next((c for c in cls.__mro__ if method in c.__dict__), None)
-        if owner is None or getattr(owner.__dict__[method], "__agentreplay__", False) or (
-                wrapper is _asking and not inspect.iscoroutinefunction(owner.__dict__[method])):
-            continue
-        with _wrapping:
-            original = owner.__dict__[method]
-            if not getattr(original, "__agentreplay__", False):
-                setattr(owner, method, wrapper(original))
+    return _written.stop(token)
 
 
 def _asking(original: Callable[..., Any]) -> Callable[..., Any]:
+    if not inspect.iscoroutinefunction(original):  # not the method this knows
+        return original
+
     @functools.wraps(original)
     async def wait_for_event(self: Any, *args: Any, **kwargs: Any) -> Any:
-        token = _written.set(None)
+        token = _written.pause()
         try:
             return await original(self, *args, **kwargs)
         finally:
-            _written.reset(token)
-
-    wait_for_event.__agentreplay__ = True  # type: ignore[attr-defined]
+            _written.resume(token)
     return wait_for_event
 
 
 def _noting(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def write_event_to_stream(self: Any, ev: Any, *args: Any, **kwargs: Any) -> Any:
-        events = _written.get()
+        events = _written.current
         if events is not None and ev is not None:
             try:  # encoded now: the program may change the event once it is written
                 events.append(str(JsonSerializer().serialize(ev)))
@@ -93,8 +77,6 @@ def _noting(original: Callable[..., Any]) -> Callable[..., Any]:
                             "stream cannot be encoded; a replay will not write it",
                             type(ev).__name__)
         return original(self, ev, *args, **kwargs)
-
-    write_event_to_stream.__agentreplay__ = True  # type: ignore[attr-defined]
     return write_event_to_stream
 
 

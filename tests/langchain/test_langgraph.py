@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 import inspect
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import HumanMessage
+from langchain_core.messages import HumanMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.graph import START, MessagesState, StateGraph
@@ -39,13 +39,16 @@ UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{
 
 
 def build_graph(model: Any, tool_node: ToolNode, tools: Sequence[BaseTool], *,
-                state: Any = MessagesState, checkpointer: Any = None) -> Any:
-    """The agent loop: the model, then its tool calls on `tool_node`, until it answers."""
+                state: Any = MessagesState, checkpointer: Any = None, store: Any = None,
+                system: Callable[[], str] | None = None) -> Any:
+    """The agent loop: the model, then its tool calls on `tool_node`, until it answers;
+    `system()` makes a system message put first in each prompt."""
     bound = model.bind_tools(tools)
 
     # the node passes its config on: Python 3.10's executors do not carry the context
     def agent(state: MessagesState, config: RunnableConfig) -> dict[str, Any]:
-        return {"messages": [bound.invoke(state["messages"], config)]}
+        first = [SystemMessage(system())] if system is not None else []
+        return {"messages": [bound.invoke([*first, *state["messages"]], config)]}
 
     graph = StateGraph(state)
     graph.add_node("agent", agent)
@@ -53,7 +56,7 @@ def build_graph(model: Any, tool_node: ToolNode, tools: Sequence[BaseTool], *,
     graph.add_edge(START, "agent")
     graph.add_conditional_edges("agent", tools_condition)
     graph.add_edge("tools", "agent")
-    return graph.compile(checkpointer=checkpointer)
+    return graph.compile(checkpointer=checkpointer, store=store)
 
 
 def record(store: Store, counter: Counter) -> tuple[Any, list[Any]]:

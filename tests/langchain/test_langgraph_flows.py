@@ -12,12 +12,12 @@ import os
 from typing import Annotated, Any
 
 import pytest
-from langchain_core.messages import HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, InjectedToolCallId, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
-from langgraph.prebuilt import InjectedStore, ToolNode, tools_condition
+from langgraph.prebuilt import InjectedStore, ToolNode
 from langgraph.store.memory import InMemoryStore
 from langgraph.types import Command, interrupt
 
@@ -288,20 +288,9 @@ def save_memory(fact: str, memory: Annotated[Any, InjectedStore()]) -> str:
 
 def remembering_graph(model: Any, node: ToolNode, memory: InMemoryStore) -> Any:
     """The agent's prompt lists what the store remembers (a long-term memory)."""
-    bound = model.bind_tools([save_memory])
-
-    def agent(state: MessagesState, config: RunnableConfig) -> dict[str, Any]:
-        facts = sorted(i.value["fact"] for i in memory.search(("memories", "u1")))
-        return {"messages": [bound.invoke(
-            [SystemMessage(f"memories: {facts}"), *state["messages"]], config)]}
-
-    graph = StateGraph(MessagesState)
-    graph.add_node("agent", agent)
-    graph.add_node("tools", node)
-    graph.add_edge(START, "agent")
-    graph.add_conditional_edges("agent", tools_condition)
-    graph.add_edge("tools", "agent")
-    return graph.compile(store=memory)
+    def listed() -> str:
+        return f"memories: {sorted(i.value['fact'] for i in memory.search(('memories', 'u1')))}"
+    return build_graph(model, node, [save_memory], store=memory, system=listed)
 
 
 def remembered(model: Any, node: ToolNode, *, asynchronous: bool = False,
