@@ -208,8 +208,7 @@ def tool_output(result: Any, tool_call_id: str | None,
     """What a tool's step stores: its result, the tool call it answered, and what it wrote
     to LangGraph's store (`_store_writes`)."""
     output = {"result": dump(result), "tool_call_id": tool_call_id}
-    if type(result) is dict or type(result) is list:  # e.g. rendered into a prompt by str()
-        keep_key_order(output, RESULT_ORDER, result)
+    keep_key_order(output, RESULT_ORDER, result)  # a dict a chain may str() into a prompt
     if store_writes:
         output[STORE_WRITES] = store_writes
     return output
@@ -219,10 +218,7 @@ def tool_result(output: Any) -> Any:
     """The inverse of `tool_output`: the result a tool returned (new objects each call)."""
     if not isinstance(output, dict):
         return output
-    result = revive(output["result"])
-    if type(result) is dict or type(result) is list:
-        result = in_key_order(result, output.get(RESULT_ORDER))
-    return result
+    return in_key_order(revive(output["result"]), output.get(RESULT_ORDER))
 
 
 def revive(stored: Any, *, fresh: bool = False) -> Any:

@@ -14,6 +14,7 @@ from langchain_core.messages import AIMessage, BaseMessage, ChatMessage, ToolMes
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from agentreplay_core._stable_repr import stable_repr
+from agentreplay_langchain._store_writes import STORE_TYPE
 
 
 def _same(value: Any) -> Any:
@@ -88,17 +89,6 @@ def llm_request(prompt: str, stop: Any) -> dict[str, Any]:
     return request
 
 
-def _store_type() -> type | None:
-    try:
-        from langgraph.store.base import BaseStore
-    except ImportError:
-        return None
-    return BaseStore
-
-
-_STORE_TYPE = _store_type()
-
-
 def tool_request(inputs: Any, resume: list[Any] | None = None) -> dict[str, Any]:
     """The request of a tool call: its arguments as `on_tool_start` saw them, and the answers
     of a resumed LangGraph task it runs in (`_interrupts.resume_answers`).
@@ -106,9 +96,9 @@ def tool_request(inputs: Any, resume: list[Any] | None = None) -> dict[str, Any]
     LangGraph's store, injected into a tool (`InjectedStore`), is left out: langchain-core
     before 1.0 shows injected arguments to `on_tool_start`, and a store is no argument the
     model chose (nor a value a run log can hold)."""
-    if _STORE_TYPE is not None and type(inputs) is dict and any(
-            isinstance(v, _STORE_TYPE) for v in inputs.values()):
-        inputs = {k: v for k, v in inputs.items() if not isinstance(v, _STORE_TYPE)}
+    if STORE_TYPE is not None and type(inputs) is dict and any(
+            isinstance(v, STORE_TYPE) for v in inputs.values()):
+        inputs = {k: v for k, v in inputs.items() if not isinstance(v, STORE_TYPE)}
     request = {"input": copy.deepcopy(inputs)}
     if resume is not None:
         request["resume"] = resume

@@ -34,6 +34,18 @@ _noted: Notes[list[Any]] = Notes("agentreplay_store_writes")
 Noting = Token[list[list[Any]] | None]
 
 
+def _store_type() -> type | None:
+    try:
+        from langgraph.store.base import BaseStore
+    except ImportError:  # LangChain without LangGraph
+        return None
+    return BaseStore
+
+
+#: LangGraph's store class, if LangGraph is installed
+STORE_TYPE = _store_type()
+
+
 def graph_store(arguments: Any = None) -> Any | None:
     """The store of the LangGraph run the current call is part of, if any: LangGraph's, or
     the one injected among the call's `arguments` (before Python 3.11 async code cannot ask
@@ -44,12 +56,8 @@ def graph_store(arguments: Any = None) -> Any | None:
         return get_store()
     except Exception:  # no LangGraph, not inside a graph, or a graph without a store
         pass
-    if isinstance(arguments, dict):
-        try:
-            from langgraph.store.base import BaseStore
-        except ImportError:
-            return None
-        return next((v for v in arguments.values() if isinstance(v, BaseStore)), None)
+    if STORE_TYPE is not None and isinstance(arguments, dict):
+        return next((v for v in arguments.values() if isinstance(v, STORE_TYPE)), None)
     return None
 
 

@@ -300,8 +300,7 @@ def tool_output_for_storage(output: Any) -> dict[str, Any]:
     exception = getattr(output, "exception", None)
     stored = {"output": safe,
               "exception": error_to_record(exception) if exception is not None else None}
-    if type(raw) is dict or type(raw) is list:  # a program may print it (the store sorts keys)
-        keep_key_order(stored, RAW_OUTPUT_ORDER, raw)
+    keep_key_order(stored, RAW_OUTPUT_ORDER, raw)  # a program may print it (the store sorts)
     return stored
 
 

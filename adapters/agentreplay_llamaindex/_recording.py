@@ -42,7 +42,7 @@ from agentreplay_llamaindex._convert import (
     tool_request,
 )
 from agentreplay_llamaindex._llm_calls import LlmRecorder
-from agentreplay_llamaindex._stream_events import STREAM_EVENTS, watch, written
+from agentreplay_llamaindex._stream_events import watch, written
 from agentreplay_llamaindex._tree import EMBEDDING_ENTRY_POINTS, SpanInfo, SpanTree
 from agentreplay_llamaindex._workflow_state import context_in, snapshot, tool_step_output
 
@@ -149,9 +149,7 @@ class RecordingSession:
             self.recorder.record("tool", info.name, request, error_to_record(err),
                                  is_error=True, path=info.path, **info.timing())
         elif result is not None and not inspect.isawaitable(result):
-            output = tool_step_output(result, state)
-            if events:
-                output[STREAM_EVENTS] = events
+            output = tool_step_output(result, state, events)
             self.recorder.record("tool", info.name, request, output, path=info.path,
                                  **info.timing())
 

@@ -148,10 +148,7 @@ class _LiveCall:
             self._events = written(token)
 
     def to_step(self, output: ToolOutput) -> dict[str, Any]:
-        stored = tool_step_output(output, self._state)
-        if self._events:
-            stored[STREAM_EVENTS] = self._events
-        return stored
+        return tool_step_output(output, self._state, self._events)
 
 
 def _keeping(served: list[Mapping[str, Any]]) -> Callable[[Mapping[str, Any]], ToolOutput]:

@@ -31,6 +31,7 @@ from llama_index.core.workflow import JsonSerializer
 from agentreplay_core._key_order import in_key_order, key_order
 from agentreplay_llamaindex._compat import is_workflow_context
 from agentreplay_llamaindex._convert import tool_output_for_storage
+from agentreplay_llamaindex._stream_events import STREAM_EVENTS
 
 #: keys of a dict the serializer wrote for an object (a pydantic model, a component): such a
 #: dict is one value, not a mapping of the state's own keys
@@ -100,13 +101,17 @@ def changed_since(ctx: Any, before: Snapshot) -> Changes | None:
 WORKFLOW_STATE = "workflow_state"
 
 
-def tool_step_output(result: Any, state: tuple[Any, Snapshot] | None) -> dict[str, Any]:
+def tool_step_output(result: Any, state: tuple[Any, Snapshot] | None,
+                     events: list[str] | None) -> dict[str, Any]:
     """A tool's result as its step stores it, with what the tool wrote to the workflow state
-    since `state` (its Context and the snapshot taken before the call) where it wrote any."""
+    since `state` (its Context and the snapshot taken before the call) and the events it
+    wrote to the stream (`_stream_events`), where it wrote any."""
     stored = tool_output_for_storage(result)
     changed = changed_since(*state) if state is not None else None
     if changed is not None:
         stored[WORKFLOW_STATE] = changed
+    if events:
+        stored[STREAM_EVENTS] = events
     return stored
 
 
