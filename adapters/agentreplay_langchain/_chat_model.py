@@ -33,6 +33,7 @@ from agentreplay_langchain._served import (
     chat_generations,
     error_of,
     live_call,
+    protocol_events,
     step_output,
     wait_if_cancelled,
 )
@@ -199,6 +200,32 @@ class ReplayChatModel(BaseChatModel):
             await wait_if_cancelled(output)
             raise error_of(step, output, len(chunks))
 
+    def _stream_chat_model_events(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                                  run_manager: CallbackManagerForLLMRun | None = None,
+                                  **kwargs: Any) -> Iterator[Any]:
+        # langchain-core 1.8 asks for these (instead of `_stream`) in `stream_events(
+        # version="v3")` and under LangGraph's v3 stream: the recorded events come back as
+        # they were, message id included, also from a model that fired no token callbacks
+        step, output = self._step(messages, stop, run_manager, kwargs, streamed=True)
+        failed = step is not None and step.is_error
+        events = protocol_events(output, _message_id(run_manager), failed=failed)
+        yield from events
+        if step is not None and failed:
+            raise error_of(step, output, len(events), "event")
+
+    async def _astream_chat_model_events(
+            self, messages: list[BaseMessage], stop: list[str] | None = None,
+            run_manager: AsyncCallbackManagerForLLMRun | None = None,
+            **kwargs: Any) -> AsyncIterator[Any]:
+        step, output = await self._astep(messages, stop, run_manager, kwargs, streamed=True)
+        failed = step is not None and step.is_error
+        events = protocol_events(output, _message_id(run_manager), failed=failed)
+        for event in events:
+            yield event
+        if step is not None and failed:
+            await wait_if_cancelled(output)
+            raise error_of(step, output, len(events), "event")
+
     def bind_tools(
         self,
         tools: Sequence[dict[str, Any] | type | Callable[..., Any] | BaseTool],
@@ -247,3 +274,8 @@ def _streaming_path() -> str | None:
     return path if path.rpartition("/")[2].startswith("chat_model:") else None
 
 
+
+
+def _message_id(run_manager: RunManager | None) -> str:
+    """The id LangChain gives a streamed message of this run (`ChatModelStream`)."""
+    return f"lc_run--{run_manager.run_id}" if run_manager is not None else "lc_run--replay"

@@ -198,6 +198,10 @@ def dump(value: Any) -> Any:
         return value
 
 
+#: a model step's protocol events (langchain-core 1.8's `on_stream_event`), and their key order
+#: where it is not the sorted one
+EVENTS, EVENTS_ORDER = "events", "events_order"
+
 #: beside a tool's stored result: the key order of a dict or list it returned as it is (a
 #: tool invoked without a tool call), where it is not the sorted one
 RESULT_ORDER = "result_order"

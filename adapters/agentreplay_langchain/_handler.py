@@ -15,9 +15,10 @@ from uuid import UUID
 import orjson
 
 from agentreplay_core import Recorder, SerializationError, encode
+from agentreplay_core._key_order import keep_key_order
 from agentreplay_core._recorded_errors import error_to_record
 from agentreplay_core._stable_repr import stable_repr
-from agentreplay_langchain._convert import dump, tool_output
+from agentreplay_langchain._convert import EVENTS, EVENTS_ORDER, dump, tool_output
 from agentreplay_langchain._interrupts import resume_answers, tool_error_record
 from agentreplay_langchain._requests import (
     chat_request,
@@ -44,7 +45,8 @@ _NATIVE_ONLY = (orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETI
 class _Call:
     """A model, tool or retriever call between its start and end callbacks."""
 
-    __slots__ = ("chunks", "extra", "kind", "name", "path", "request", "started", "t0")
+    __slots__ = ("chunks", "events", "extra", "kind", "name", "path", "request", "started",
+                 "t0")
 
     def __init__(self, kind: str, name: str, request: Any, path: str,
                  extra: dict[str, Any] | None = None) -> None:
@@ -56,6 +58,7 @@ class _Call:
         self.started = datetime.now(timezone.utc)
         self.t0 = time.perf_counter()
         self.chunks: list[Any] | None = None
+        self.events: list[Any] | None = None
 
 
 def _plain(value: Any) -> Any:
@@ -185,6 +188,18 @@ class RecordingCallbackHandler(RunTreeTracker):
                     call.chunks = []
                 call.chunks.append(dump(chunk) if chunk is not None else {"token": token})
 
+    @_guarded
+    def on_stream_event(self, event: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        # langchain-core 1.8's protocol events (`stream_events(version="v3")`, LangGraph's v3
+        # stream): a model whose `_stream` leaves the token callbacks to `stream()` fires no
+        # token here, and a model that makes events natively has no chunks at all
+        with self._lock:
+            call = self._calls.get(run_id)
+            if call is not None:
+                if call.events is None:
+                    call.events = []
+                call.events.append(dump(event))
+
     def _model_output(self, run_id: UUID) -> dict[str, Any]:
         with self._lock:
             call = self._calls.get(run_id)
@@ -193,6 +208,10 @@ class RecordingCallbackHandler(RunTreeTracker):
             output: dict[str, Any] = {"model": call.extra.get("model")}
             if call.chunks is not None:
                 output["chunks"] = call.chunks
+            if call.events is not None:
+                output[EVENTS] = call.events
+                # a UI that prints them shows their keys in the model's order
+                keep_key_order(output, EVENTS_ORDER, call.events)
             return output
 
     @_guarded

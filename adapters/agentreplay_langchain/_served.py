@@ -6,8 +6,8 @@ import asyncio
 import functools
 import json
 import operator
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, cast
 
 from langchain_core.messages import (
     AIMessage,
@@ -31,10 +31,11 @@ from langchain_core.outputs import (
 
 from agentreplay_core import AgentReplayError, Step, decode
 from agentreplay_core._codec import TAG
+from agentreplay_core._key_order import in_key_order
 from agentreplay_core._plural import counted
 from agentreplay_core._recorded_errors import error_from_record, is_cancellation
 from agentreplay_langchain._construct import chat_generation
-from agentreplay_langchain._convert import dump, revive, revive_encoded
+from agentreplay_langchain._convert import EVENTS, EVENTS_ORDER, dump, revive, revive_encoded
 
 
 class AbandonedStreamReplayed(AgentReplayError):
@@ -73,11 +74,12 @@ def _revived(part: Any) -> Any:
     return revive(part, fresh=True)
 
 
-def error_of(step: Step, output: dict[str, Any], served_chunks: int | None = None
-             ) -> BaseException:
-    """The exception a recorded failed model call raises again."""
+def error_of(step: Step, output: dict[str, Any], served: int | None = None,
+             unit: str = "chunk") -> BaseException:
+    """The exception a recorded failed model call raises again (after `served` chunks or
+    events of its stream)."""
     if output.get("abandoned"):
-        told = "" if served_chunks is None else f" after {counted(served_chunks, 'chunk')}"
+        told = "" if served is None else f" after {counted(served, unit)}"
         return AbandonedStreamReplayed(
             f"run {step.run_id}, step {step.step} ({step.kind} {step.name!r}): the recorded "
             f"stream was abandoned by its consumer{told}; the replay asked for more than was "
@@ -181,6 +183,37 @@ def chat_chunks(output: dict[str, Any]) -> list[ChatGenerationChunk]:
     return [ChatGenerationChunk(message=_chunk_of_message(g.message),
                                 generation_info=g.generation_info)
             for g in chat_generations(output)[:1]]
+
+
+class _Cut(Exception):
+    """Where a recorded stream failed: the bridge must not finish the message."""
+
+
+def protocol_events(output: dict[str, Any], message_id: str, *, failed: bool) -> list[Any]:
+    """A model step's protocol events (langchain-core 1.8's `stream_events(version="v3")`):
+    the recorded ones, or, for a call recorded without them, the events LangChain makes from
+    its chunks (or its whole message), with the recorded message id. For a call that failed,
+    what came before the error."""
+    if EVENTS in output:
+        return cast("list[Any]", in_key_order(output[EVENTS], output.get(EVENTS_ORDER)))
+    # (only langchain-core versions that have the bridge ask a model for events)
+    from langchain_core.language_models._compat_bridge import chunks_to_events
+
+    chunks = chat_chunks(output)
+
+    def source() -> Iterator[ChatGenerationChunk]:
+        yield from chunks
+        if failed:
+            raise _Cut
+
+    recorded_id = next((c.message.id for c in chunks if c.message.id), None)
+    events: list[Any] = []
+    try:
+        for event in chunks_to_events(source(), message_id=recorded_id or message_id):
+            events.append(event)
+    except _Cut:
+        pass
+    return events
 
 
 def text_generations(output: dict[str, Any]) -> list[Generation]:
