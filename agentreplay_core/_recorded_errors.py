@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import re
+import sys
 from typing import Any
 
 from agentreplay_core._errors import ReplayedError
@@ -62,10 +62,13 @@ def _plain_attributes(exc: BaseException) -> dict[str, Any]:
 
 
 def _resolve_type(module: str, qualname: str) -> type[BaseException] | None:
-    if not (_DOTTED.match(module) and _DOTTED.match(qualname)):
+    # Only a module the program has imported: a run log (an import from elsewhere, a
+    # tampered row) never makes a replay import one (which runs its top-level code). Code
+    # that catches an error by its class has imported the class's module anyway.
+    obj: Any = sys.modules.get(module) if _DOTTED.match(module) else None
+    if obj is None or not _DOTTED.match(qualname):
         return None
     try:
-        obj: Any = importlib.import_module(module)
         for part in qualname.split("."):
             obj = getattr(obj, part)
     except Exception:
@@ -78,8 +81,9 @@ def _resolve_type(module: str, qualname: str) -> type[BaseException] | None:
 
 
 def error_from_record(record: Any) -> BaseException:
-    """Rebuild a recorded exception: the same type where it can be imported and constructed
-    from its recorded args, else `ReplayedError` carrying type, module and message."""
+    """Rebuild a recorded exception: the same type where its module is imported and it can be
+    constructed from its recorded args (or made without its constructor, showing the recorded
+    message), else `ReplayedError` carrying type, module and message."""
     if not isinstance(record, dict):
         return ReplayedError("UnknownError", repr(record))
     type_name = str(record.get("type", "Exception"))

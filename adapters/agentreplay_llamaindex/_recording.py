@@ -44,7 +44,12 @@ from agentreplay_llamaindex._convert import (
 from agentreplay_llamaindex._llm_calls import LlmRecorder
 from agentreplay_llamaindex._stream_events import watch, written
 from agentreplay_llamaindex._tree import EMBEDDING_ENTRY_POINTS, SpanInfo, SpanTree
-from agentreplay_llamaindex._workflow_state import context_in, snapshot, tool_step_output
+from agentreplay_llamaindex._workflow_state import (
+    context_in,
+    snapshot,
+    tool_step_output,
+    with_effects,
+)
 
 log = logging.getLogger("agentreplay.llamaindex")
 
@@ -53,7 +58,8 @@ Route = Callable[["RecordingSession", Any], None]
 #: spans whose result is replayed whole: while one runs, the core's current path is its path,
 #: so what is recorded inside it (a model's own clock, ids or random reads with
 #: `entropy=True`) is known to be inside it and is not expected again when it is replayed.
-#: Embedding spans are left out: their vectors are steps below the span, not the span itself.
+#: Embedding spans are not among them: their vectors are steps below the span, not the span
+#: itself, and what is drawn inside one belongs to the step of the first text of its batch.
 _BOUNDARY_OWNERS = frozenset({"llm", "tool", "retriever"})
 
 
@@ -99,6 +105,12 @@ class RecordingSession:
             self.recorder.record("embedding", name, {"mode": mode, "text": text},
                                  list(map(float, vector)),
                                  path=join_path(base, str(self.tree.count(base))), **timing)
+        if event.span_id in self._paths:  # (reset to the caller's path when the span ends)
+            _current_path.set(self._next_text_path(base))
+
+    def _next_text_path(self, base: str) -> str:
+        """The path the next text of an embedding span is recorded at."""
+        return join_path(base, str(self.tree.counted(base)))
 
     def retrieval(self, event: RetrievalEndEvent) -> None:
         info = self.tree.get(event.span_id)
@@ -146,7 +158,9 @@ class RecordingSession:
             return  # (a suspended call is run again when its event arrives: that one counts)
         request = tool_request(bound.args, bound.kwargs)
         if err is not None:
-            self.recorder.record("tool", info.name, request, error_to_record(err),
+            # what it wrote before raising happened, and the agent goes on from there
+            self.recorder.record("tool", info.name, request,
+                                 with_effects(error_to_record(err), state, events),
                                  is_error=True, path=info.path, **info.timing())
         elif result is not None and not inspect.isawaitable(result):
             output = tool_step_output(result, state, events)
@@ -200,6 +214,11 @@ class RecordingSession:
                 self._paths[span_id] = _current_path.set(info.path)
                 if info.owner == "tool":
                     self.tool_started(span_id, bound)
+            elif info.owner == "embedding" and \
+                    info.method.rsplit(".", 1)[-1] in EMBEDDING_ENTRY_POINTS:
+                # what the client draws (a request id) sits inside the step of the first
+                # text of the batch it draws for, which a replay serves: advanced per batch
+                self._paths[span_id] = _current_path.set(self._next_text_path(info.path))
         except Exception:
             self.failed("span start")
 

@@ -12,6 +12,7 @@ from llama_index.core.tools.types import AsyncBaseTool, BaseTool, ToolMetadata, 
 
 from agentreplay_core import Player
 from agentreplay_core._player import checked_player
+from agentreplay_core._recorded_errors import recorded_error
 from agentreplay_llamaindex._context_tools import TakesContext, made_for
 from agentreplay_llamaindex._convert import (
     tool_output_from_storage,
@@ -64,10 +65,16 @@ class ReplayTool(AsyncBaseTool):
                 return tool(*args, **kwargs)
 
         served: list[Mapping[str, Any]] = []
-        output: ToolOutput = serve(
-            self._player, "tool", self._metadata.get_name(), tool_request(args, kwargs),
-            live=None if tool is None else run, to_step=live.to_step,
-            from_step=_keeping(served), path=replay_path())
+        try:
+            output: ToolOutput = serve(
+                self._player, "tool", self._metadata.get_name(), tool_request(args, kwargs),
+                live=None if tool is None else run, to_step=live.to_step,
+                from_step=_keeping(served), path=replay_path())
+        except Exception as exc:
+            changing = self._write_back(_recorded_effects(exc), args, kwargs)
+            if changing is not None:
+                asyncio_run(changing)
+            raise
         changing = self._write_back(served, args, kwargs)
         if changing is not None:
             asyncio_run(changing)
@@ -85,10 +92,16 @@ class ReplayTool(AsyncBaseTool):
                 return tool(*args, **kwargs)
 
         served: list[Mapping[str, Any]] = []
-        output: ToolOutput = await aserve(
-            self._player, "tool", self._metadata.get_name(), tool_request(args, kwargs),
-            live=None if tool is None else run, to_step=live.to_step,
-            from_step=_keeping(served), path=replay_path())
+        try:
+            output: ToolOutput = await aserve(
+                self._player, "tool", self._metadata.get_name(), tool_request(args, kwargs),
+                live=None if tool is None else run, to_step=live.to_step,
+                from_step=_keeping(served), path=replay_path())
+        except Exception as exc:
+            changing = self._write_back(_recorded_effects(exc), args, kwargs)
+            if changing is not None:
+                await changing
+            raise
         changing = self._write_back(served, args, kwargs)
         if changing is not None:
             await changing
@@ -149,6 +162,13 @@ class _LiveCall:
 
     def to_step(self, output: ToolOutput) -> dict[str, Any]:
         return tool_step_output(output, self._state, self._events)
+
+
+def _recorded_effects(exc: BaseException) -> list[Mapping[str, Any]]:
+    """The recorded error `exc` was raised again from, which holds what the tool wrote to the
+    workflow's state and stream before it raised (nothing for a divergence)."""
+    record = recorded_error(exc)
+    return [record] if record is not None else []
 
 
 def _keeping(served: list[Mapping[str, Any]]) -> Callable[[Mapping[str, Any]], ToolOutput]:

@@ -106,7 +106,13 @@ def tool_step_output(result: Any, state: tuple[Any, Snapshot] | None,
     """A tool's result as its step stores it, with what the tool wrote to the workflow state
     since `state` (its Context and the snapshot taken before the call) and the events it
     wrote to the stream (`_stream_events`), where it wrote any."""
-    stored = tool_output_for_storage(result)
+    return with_effects(tool_output_for_storage(result), state, events)
+
+
+def with_effects(stored: dict[str, Any], state: tuple[Any, Snapshot] | None,
+                 events: list[str] | None) -> dict[str, Any]:
+    """`stored` (a tool's stored result, or the record of the error it raised) with what the
+    tool wrote to the workflow state and stream, where it wrote anything."""
     changed = changed_since(*state) if state is not None else None
     if changed is not None:
         stored[WORKFLOW_STATE] = changed

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import sys
 import uuid
 from decimal import Decimal
 
@@ -131,6 +132,21 @@ def test_unimportable_error_type_becomes_replayed_error(any_store: Store) -> Non
         player.next("tool", "t", {})
     assert caught.value.type_name == "Gone"
     assert "it broke" in str(caught.value)
+
+
+def test_an_error_of_a_module_the_program_has_not_imported_is_not_imported(
+        any_store: Store) -> None:
+    """A run log must not make a replay import a module (its top-level code would run): an
+    error whose class lives in an installed module the program never imported comes back as
+    `ReplayedError`."""
+    assert "tabnanny" not in sys.modules  # a standard-library module nothing here imports
+    with any_store.record() as rec:
+        rec.record("tool", "t", {}, {"type": "NannyNag", "module": "tabnanny",
+                                     "message": "ambiguous indentation", "args": [1, "m", "l"]},
+                   is_error=True)
+    with any_store.replay(rec.run_id) as player, pytest.raises(ReplayedError) as caught:
+        player.next("tool", "t", {})
+    assert caught.value.type_name == "NannyNag" and "tabnanny" not in sys.modules
 
 
 def test_a_replayed_error_keeps_what_an_adapter_recorded_beside_it(any_store: Store) -> None:

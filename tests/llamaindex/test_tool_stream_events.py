@@ -41,7 +41,14 @@ async def lookup(ctx: Context, code: str) -> str:
     return f"order {code}: {found}"
 
 
+async def lookup_then_fail(ctx: Context, code: str) -> str:
+    """Look up an order; the carrier's service fails after the progress was shown."""
+    await lookup(ctx, code)
+    raise TimeoutError("the carrier did not answer")
+
+
 lookup.__annotations__ = {"ctx": Context, "code": str, "return": str}
+lookup_then_fail.__annotations__ = {"ctx": Context, "code": str, "return": str}
 
 
 def tools() -> list[BaseTool]:
@@ -77,6 +84,18 @@ def test_a_tools_stream_events_replay_where_they_were_written(li_store: Store) -
     with li_store.replay(rec.run_id) as player, instrument(player):
         again = asyncio.run(watched(ReplayLLM(player), replay_tools(player, tools())))
     assert again == live and ran == []  # same events, key order too; the tool never ran
+
+
+def test_events_a_tool_wrote_before_raising_replay_with_its_error(li_store: Store) -> None:
+    failing = [FunctionTool.from_defaults(fn=lookup_then_fail)]
+    with li_store.record(name="tool-events-error") as rec, instrument(rec):
+        live = asyncio.run(watched(ToolCallingLLM(), failing))
+    assert [kind for kind, _, _ in live["shown"]] == ["progress", "progress", "result"]
+    assert "the carrier did not answer" in live["shown"][2][1]
+    ran.clear()
+    with li_store.replay(rec.run_id) as player, instrument(player):
+        again = asyncio.run(watched(ReplayLLM(player), replay_tools(player, failing)))
+    assert again == live and ran == []
 
 
 def test_a_tool_gone_live_records_its_events_into_the_fork(li_store: Store) -> None:

@@ -52,9 +52,16 @@ def forget_last(ctx: Context) -> str:
     return "forgot"
 
 
+async def remember_then_fail(ctx: Context, topic: str) -> str:
+    """Keep a note, then fail to file it (the note stays: the agent sees the error)."""
+    await remember(ctx, topic)
+    raise ConnectionError(f"filing {topic} failed")
+
+
 # FunctionTool finds the Context parameter by its annotation, which must be the real class
 remember.__annotations__ = {"ctx": Context, "topic": str, "return": str}
 forget_last.__annotations__ = {"ctx": Context, "return": str}
+remember_then_fail.__annotations__ = {"ctx": Context, "topic": str, "return": str}
 
 
 def note_tools() -> list[BaseTool]:
@@ -89,6 +96,20 @@ def test_state_a_tool_wrote_is_replayed_without_running_the_tool(li_store: Store
         again = asyncio.run(conversation(ReplayLLM(player), replay_tools(player, note_tools())))
     assert calls == []
     assert again == live
+
+
+def test_state_a_tool_wrote_before_raising_is_replayed_with_its_error(li_store: Store) -> None:
+    tools = [FunctionTool.from_defaults(fn=remember_then_fail)]
+    with li_store.record(name="state-error") as rec, instrument(rec):
+        live = asyncio.run(conversation(ToolCallingLLM(), tools, turns=2))
+    steps = [s for s in li_store.load_steps(rec.run_id) if s.kind == "tool"]
+    assert len(steps) == 2 and all(s.is_error and "workflow_state" in s.output for s in steps)
+    assert len(live["state"]["state"]["notes"]) == 2  # the agent went on after each error
+    calls.clear()
+    with li_store.replay(rec.run_id) as player:  # turn 1's prompt renders turn 0's note
+        again = asyncio.run(conversation(ReplayLLM(player), replay_tools(player, tools),
+                                         turns=2))
+    assert calls == [] and again == live
 
 
 def test_only_what_the_tool_changed_is_stored(li_store: Store) -> None:
