@@ -87,6 +87,16 @@ class ReplayTool(BaseTool):
     #: `on_divergence="live"` (its results are recorded into the forked run)
     live: BaseTool | None = Field(default=None, exclude=True)
 
+    @functools.cached_property
+    def _injected_args_keys(self) -> frozenset[str]:
+        # The arguments LangGraph injects that are not part of the tool's schema (a
+        # `runtime: ToolRuntime` parameter of a tool with an explicit `args_schema`, as
+        # `TodoListMiddleware`'s `write_todos`): they are found in the original's signature,
+        # which a stand-in lacks, and must be left out of the request as `on_tool_start`
+        # left them out while recording (and handed to the original in a fork).
+        keys = getattr(self.live, "_injected_args_keys", None)
+        return keys if isinstance(keys, frozenset) else frozenset()
+
     @classmethod
     def from_tool(cls, tool: BaseTool, player: Player) -> ReplayTool:
         if isinstance(tool, ReplayTool):
@@ -102,8 +112,10 @@ class ReplayTool(BaseTool):
         schema = tool.args_schema if tool.args_schema is not None else tool.get_input_schema()
         return cls(args_schema=schema, **fields)
 
-    def _serve(self, run_manager: CallbackManagerForToolRun | AsyncCallbackManagerForToolRun
-               | None, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def _call(self, run_manager: CallbackManagerForToolRun | AsyncCallbackManagerForToolRun
+              | None, args: tuple[Any, ...], kwargs: dict[str, Any]
+              ) -> tuple[_Invocation, str | None]:
+        """This call (its request as on_tool_start saw it) and its recorded path."""
         invocation = _invocation.get()
         if invocation is None:  # _run called directly: take the arguments as they came
             given = args[0] if len(args) == 1 and not kwargs else kwargs
@@ -112,6 +124,11 @@ class ReplayTool(BaseTool):
         path = tracked_path(run_manager.handlers, run_manager.run_id) if run_manager else None
         if path is None and invocation.tool_call_id is not None:
             path = call_paths(self.player).get(invocation.tool_call_id)
+        return invocation, path
+
+    def _serve(self, run_manager: CallbackManagerForToolRun | None, args: tuple[Any, ...],
+               kwargs: dict[str, Any]) -> Any:
+        invocation, path = self._call(run_manager, args, kwargs)
         live = self._live_call(invocation) if self.live is not None else None
         try:
             output = self.player.next("tool", self.name, invocation.request, path=path,
@@ -119,6 +136,23 @@ class ReplayTool(BaseTool):
         except Exception as replayed:
             pause_again(replayed)  # a LangGraph interrupt pauses the graph as it did
             raise
+        return self._result(invocation, output)
+
+    async def _aserve(self, run_manager: AsyncCallbackManagerForToolRun | None,
+                      args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        # an async tool goes live through its async API: a coroutine-only tool has no other
+        invocation, path = self._call(run_manager, args, kwargs)
+        live = self._alive_call(invocation) if self.live is not None else None
+        try:
+            output = await self.player.anext("tool", self.name, invocation.request, path=path,
+                                             live=live)
+        except Exception as replayed:
+            pause_again(replayed)
+            raise
+        return self._result(invocation, output)
+
+    def _result(self, invocation: _Invocation, output: Any) -> Any:
+        """What `_run` returns for the served (or live) output of this call."""
         if isinstance(output, dict) and not invocation.live:
             invocation.store_writes = output.get(STORE_WRITES)
         result = tool_result(output)
@@ -150,6 +184,22 @@ class ReplayTool(BaseTool):
             return tool_output(result, invocation.tool_call_id, writes)
         return call
 
+    def _alive_call(self, invocation: _Invocation) -> Callable[[], Awaitable[dict[str, Any]]]:
+        """`_live_call` through the original's async API."""
+        tool = self.live
+        assert tool is not None
+
+        async def call() -> dict[str, Any]:
+            invocation.live = True
+            token = watch_store(invocation.tool_input)
+            try:
+                result = await tool.arun(invocation.tool_input,
+                                         tool_call_id=invocation.tool_call_id)
+            finally:
+                writes = store_writes(token) if token is not None else None
+            return tool_output(result, invocation.tool_call_id, writes)
+        return call
+
     def _run(self, *args: Any, run_manager: CallbackManagerForToolRun | None = None,
              **kwargs: Any) -> Any:
         result = self._serve(run_manager, args, kwargs)
@@ -158,7 +208,7 @@ class ReplayTool(BaseTool):
 
     async def _arun(self, *args: Any, run_manager: AsyncCallbackManagerForToolRun | None = None,
                     **kwargs: Any) -> Any:
-        result = self._serve(run_manager, args, kwargs)
+        result = await self._aserve(run_manager, args, kwargs)
         await awrite_again(self._served_writes(), kwargs, self.name)
         return result
 

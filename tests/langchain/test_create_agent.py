@@ -6,16 +6,18 @@ import asyncio
 from typing import Any
 
 import pytest
-from langchain_core.messages import HumanMessage
+from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.tools import tool
 
 from agentreplay_core import Store
-from agentreplay_langchain import RecordingCallbackHandler, instrument
+from agentreplay_langchain import RecordingCallbackHandler, ReplayChatModel, instrument
 from tests.langchain.fakes import (
     Counter,
     Plan,
     ScriptedChatModel,
     assert_offline,
     make_tools,
+    nonce,
     transcript,
 )
 
@@ -62,3 +64,93 @@ def test_middleware_replays_the_agent_asynchronously(store: Store) -> None:
                                     middleware=[ReplayMiddleware(player)])
         replayed = asyncio.run(agent.ainvoke(question()))["messages"]
     assert transcript(replayed) == transcript(live)
+
+
+class Overloaded(Exception):
+    """A provider's error: its constructor wants more than the message."""
+
+    def __init__(self, message: str, *, status_code: int) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
+class OverloadedOnce(ScriptedChatModel):
+    """Fails its first call, as a model whose provider is overloaded."""
+
+    failures: int = 1
+
+    def _generate(self, *args: Any, **kwargs: Any) -> Any:
+        if self.failures:
+            self.failures -= 1
+            raise Overloaded("overloaded, try again", status_code=529)
+        return super()._generate(*args, **kwargs)
+
+
+class TurnByCall(ScriptedChatModel):
+    """Follows its plan by its own call count: a summarised conversation has fewer turns."""
+
+    def _reply(self, messages: Any, tools: Any) -> Any:
+        earlier = [AIMessage("earlier turn")] * self.calls
+        return super()._reply(earlier + [m for m in messages if not isinstance(m, AIMessage)],
+                              tools)
+
+
+def flaky_tool(counter: Counter) -> Any:
+    @tool
+    def lookup(code: str) -> str:
+        """Look up an order (the first attempt fails)."""
+        counter.hit("lookup")
+        if counter.counts["lookup"] % 2:
+            raise ConnectionError("connection reset by peer")
+        return f"order {code}: {nonce()}"
+    return lookup
+
+
+def middleware_agent(kind: str, summarizer: Any) -> tuple[Any, list[Any], Counter]:
+    """An agent using one of langchain's own middlewares; its models and tools count calls."""
+    counter = Counter()
+    m = agents.middleware
+    if kind == "fallback":
+        model: Any = OverloadedOnce(plan=PLAN)
+        return model, [m.ModelFallbackMiddleware(ScriptedChatModel(plan=PLAN))], counter
+    if kind == "model retry":
+        return OverloadedOnce(plan=PLAN), [m.ModelRetryMiddleware(
+            max_retries=2, initial_delay=0, jitter=False)], counter
+    if kind == "tool retry":
+        return ScriptedChatModel(plan=[[("lookup", {"code": "A1"})]]), [m.ToolRetryMiddleware(
+            max_retries=2, initial_delay=0, jitter=False)], counter
+    if kind == "todo list":  # its tool takes a ToolRuntime that is not in its args_schema
+        todos = [{"content": "pack", "status": "pending"}]
+        return ScriptedChatModel(plan=[[("write_todos", {"todos": todos})]]), [
+            m.TodoListMiddleware()], counter
+    assert kind == "summarization"
+    return TurnByCall(plan=PLAN), [m.SummarizationMiddleware(
+        model=summarizer, trigger=("messages", 4), keep=("messages", 2))], counter
+
+
+@pytest.mark.parametrize("kind", ["fallback", "model retry", "tool retry", "todo list",
+                                  "summarization"])
+def test_agents_with_langchains_middlewares_replay(store: Store, kind: str) -> None:
+    """`ReplayMiddleware` goes last (innermost): a middleware that swaps the model (a
+    fallback) swaps it before the replay answers; a model a middleware calls itself (the
+    summarizer) is given as a `ReplayChatModel`."""
+    model, middleware, counter = middleware_agent(kind, ScriptedChatModel())
+    tools = [flaky_tool(counter)] if kind == "tool retry" else make_tools(counter)
+    agent = agents.create_agent(model, tools, middleware=middleware)
+    with store.record(name=kind, entropy=True) as rec:
+        live = agent.invoke(question(), config={"callbacks": [RecordingCallbackHandler(rec)]})
+    assert rec.stats.internal_errors == 0
+    assert any(s.is_error for s in store.load_steps(rec.run_id)) == (
+        kind in ("fallback", "model retry", "tool retry"))
+
+    with store.replay(rec.run_id) as player, instrument(player):
+        assert_offline()
+        model, middleware, counter = middleware_agent(kind, ReplayChatModel(player=player))
+        tools = [flaky_tool(counter)] if kind == "tool retry" else make_tools(counter)
+        agent = agents.create_agent(model, tools,
+                                    middleware=[*middleware, ReplayMiddleware(player)])
+        replayed = agent.invoke(question())
+    assert transcript(replayed["messages"]) == transcript(live["messages"])
+    assert replayed.get("todos") == live.get("todos")
+    fallbacks = [f for mw in middleware for f in getattr(mw, "models", [])]
+    assert model.calls == 0 and counter.total == 0 and all(f.calls == 0 for f in fallbacks)

@@ -30,7 +30,14 @@ from agentreplay_langchain import (
     ReplayRetriever,
     replay_tools,
 )
-from tests.langchain.fakes import Counter, HashEmbeddings, Plan, ScriptedChatModel, transcript
+from tests.langchain.fakes import (
+    Counter,
+    HashEmbeddings,
+    Plan,
+    ScriptedChatModel,
+    nonce,
+    transcript,
+)
 from tests.langchain.test_tool_loop import tool_loop
 
 
@@ -314,6 +321,28 @@ def test_embedding_errors_and_timeouts_replay(store: Store) -> None:
         assert asyncio.run(agent(replay)) == vector
     assert str(replayed.value) == str(live.value)
     assert inner.calls == calls
+
+
+def test_a_tool_call_that_timed_out_times_out_again(store: Store) -> None:
+    async def slow_lookup(code: str) -> str:
+        await asyncio.sleep(0 if code == "fast" else 30)
+        return f"order {code}: {nonce()}"
+
+    tool = StructuredTool.from_function(coroutine=slow_lookup, name="lookup",
+                                        description="Look up an order.")
+
+    async def agent(lookup: BaseTool, config: Any = None) -> Any:
+        with pytest.raises(asyncio.TimeoutError):  # the caller gives up after 50 ms
+            await asyncio.wait_for(lookup.ainvoke(call("lookup", {"code": "slow"}), config), 0.05)
+        return await lookup.ainvoke(call("lookup", {"code": "fast"}), config)
+
+    with store.record(name="tool-timeout") as rec:
+        live = asyncio.run(agent(tool, callbacks(rec)))
+    assert [s.is_error for s in store.load_steps(rec.run_id)] == [True, False]
+    with store.replay(rec.run_id) as player:
+        # the timed-out call never completes in replay either (before, it raised at once)
+        replayed = asyncio.run(agent(replay_tools(player, [tool])[0]))
+    assert transcript([replayed]) == transcript([live])
 
 
 def test_a_validation_error_after_going_live_is_recorded_into_the_fork(store: Store) -> None:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
 import pytest
 from langchain_core.messages import BaseMessage, HumanMessage
-from langchain_core.tools import BaseTool
+from langchain_core.tools import BaseTool, tool
 
 from agentreplay_core import ReplayDivergence, Store
 from agentreplay_langchain import (
@@ -23,6 +24,7 @@ from tests.langchain.fakes import (
     Plan,
     ScriptedChatModel,
     make_tools,
+    nonce,
     transcript,
 )
 from tests.langchain.test_rag import rag_chain, vector_store
@@ -72,6 +74,50 @@ def test_a_prompt_fix_replays_the_prefix_and_continues_live(store: Store) -> Non
         again = loop(ReplayChatModel(player=player), replay_tools(player, make_tools(Counter())),
                      nudge="keep it short")
     assert transcript(again) == transcript(fixed)
+
+
+def test_an_async_only_tool_goes_live_through_its_async_api(store: Store) -> None:
+    """A coroutine-only tool (`@tool async def`) has no sync API: a fork running it through
+    `run` failed with NotImplementedError."""
+    ran: list[str] = []
+
+    @tool
+    async def lookup(code: str) -> str:
+        """Look up an order."""
+        ran.append(code)
+        await asyncio.sleep(0)
+        return f"order {code}: {nonce()}"
+
+    plan: Plan = [[("lookup", {"code": "A1"})], [("lookup", {"code": "B2"})]]
+
+    async def orders(model: Any, tools: Sequence[BaseTool], nudge: str | None = None,
+                     config: Any = None) -> list[BaseMessage]:
+        bound = model.bind_tools(tools)
+        messages: list[BaseMessage] = [HumanMessage("where are my orders")]
+        for turn in range(3):
+            if turn == 1 and nudge:
+                messages.append(HumanMessage(nudge))
+            reply = await bound.ainvoke(messages, config=config)
+            messages.append(reply)
+            messages.extend([await tools[0].ainvoke(call, config=config)
+                             for call in reply.tool_calls])
+        return messages
+
+    with store.record(name="async tools") as rec:
+        live = asyncio.run(orders(ScriptedChatModel(plan=plan), [lookup],
+                                  config={"callbacks": [RecordingCallbackHandler(rec)]}))
+    ran.clear()
+    with store.replay(rec.run_id, on_divergence="live", allow_unused=True) as player:
+        fixed = asyncio.run(orders(ReplayChatModel(player=player,
+                                                   live=ScriptedChatModel(plan=plan)),
+                                   replay_tools(player, [lookup]), nudge="be brief"))
+        fork = player.fork
+    assert fork is not None and ran == ["B2"]  # A1 was served, B2 ran live
+    assert transcript(fixed[:3]) == transcript(live[:3])
+    with store.replay(fork.run_id) as player:
+        again = asyncio.run(orders(ReplayChatModel(player=player),
+                                   replay_tools(player, [lookup]), nudge="be brief"))
+    assert transcript(again) == transcript(fixed) and ran == ["B2"]
 
 
 def test_without_live_mode_a_live_model_is_never_called(store: Store) -> None:
