@@ -83,6 +83,8 @@ class Recorder:
         self.max_value_bytes = MAX_VALUE_BYTES
         #: kinds already checked (a run uses a handful)
         self._kinds: set[str] = set()
+        #: called before the run is sealed (`before_seal`)
+        self._before_seal: dict[Callable[[], None], None] = {}
 
     def _new_kind(self, kind: str) -> str:
         checked = check_kind(kind)
@@ -239,7 +241,27 @@ class Recorder:
         """Wait until every step recorded so far is written; False on timeout."""
         return self._writer.wait_durable(timeout)
 
+    def before_seal(self, callback: Callable[[], None]) -> None:
+        """Have `callback` called when the run ends, before it is sealed (once, however often
+        it is given): an adapter records there the calls its framework started and never
+        ended (a stream nobody finished reading). Its errors are counted, never raised."""
+        with self._lock:
+            self._before_seal[callback] = None
+
+    def forget_before_seal(self, callback: Callable[[], None]) -> None:
+        """Undo `before_seal(callback)` (an equal bound method will do)."""
+        with self._lock:
+            self._before_seal.pop(callback, None)
+
     def _seal(self, status: RunStatus, timeout: float | None = 30.0) -> None:
+        with self._lock:
+            callbacks, self._before_seal = list(self._before_seal), {}
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:  # never into the host; the run is sealed all the same
+                self.stats.internal_errors += 1
+                log.exception("agentreplay: run %s: a before-seal callback failed", self.run_id)
         with self._lock:
             if self._closed:
                 return

@@ -37,7 +37,7 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, Generati
 
 from agentreplay_core import decode
 from agentreplay_core._codec import TAG
-from agentreplay_core._key_order import in_key_order, keep_key_order
+from agentreplay_core._key_order import INNER, in_key_order, keep_key_order, key_order
 from agentreplay_langchain._compat import make_loader
 from agentreplay_langchain._construct import (
     NO_VALUE,
@@ -57,8 +57,12 @@ ENVELOPE_VERSION = 1
 #: "generation_info": ...}` or `{..., "class": "Generation", "text": ..., ...}` for a generation
 FIELDS_VERSION = 2
 
-#: beside a message's fields: the key order of its tool calls and their arguments, where it
-#: is not the sorted order (`agentreplay_core._key_order`)
+#: beside a message's fields: the key order of the dicts inside them (tool calls and their
+#: arguments, response and usage metadata, additional kwargs, content blocks), where it is not
+#: the sorted order (`agentreplay_core._key_order`): code that renders messages with `str()`
+#: into a prompt (a summarizer) sends the model's order live
+FIELDS_ORDER = "fields_order"
+#: what recordings before it kept: the order of the tool calls alone
 TOOL_CALLS_ORDER = "tool_calls_order"
 
 _MESSAGE_CLASSES: dict[str, type[BaseMessage]] = {cls.__name__: cls for cls in (
@@ -116,6 +120,9 @@ def _fresh(value: Any) -> Any:
     return value
 
 
+_CONTAINERS = (dict, list)
+
+
 def _message_fields(message: BaseMessage) -> dict[str, Any] | None:
     """A message of an allowed class in the version-2 envelope, or None to use dumpd."""
     name = type(message).__name__
@@ -136,9 +143,10 @@ def _message_fields(message: BaseMessage) -> dict[str, Any] | None:
     except _NotPlain:
         return None
     stored = {ENVELOPE: FIELDS_VERSION, "class": name, "fields": fields}
-    calls = fields.get("tool_calls")
-    if calls:  # the model's order of its arguments (the store sorts keys)
-        keep_key_order(stored, TOOL_CALLS_ORDER, calls)
+    inner = {key: spec for key, value in fields.items()
+             if type(value) in _CONTAINERS and (spec := key_order(value)) is not None}
+    if inner:  # (the order of the fields themselves means nothing)
+        stored[FIELDS_ORDER] = {INNER: inner}
     artifact = message.__dict__.get("artifact")
     if artifact is not None:  # any value the core codec keeps, as in version 1
         stored["artifact"] = artifact
@@ -300,9 +308,11 @@ def _revive_fields(stored: dict[str, Any], copied: Callable[[Any], Any]) -> Any:
         fields = copied(stored.get("fields"))
         if type(fields) is not dict:
             raise ValueError(f"recorded {name} has no fields dict; the recording is damaged")
-        calls = fields.get("tool_calls")
-        if type(calls) is list and calls:
-            fields["tool_calls"] = in_key_order(calls, copied(stored.get(TOOL_CALLS_ORDER)))
+        order = stored.get(FIELDS_ORDER)
+        if order is None and TOOL_CALLS_ORDER in stored:
+            order = {INNER: {"tool_calls": stored[TOOL_CALLS_ORDER]}}
+        # every dict in the recorded order, or sorted (not in the order the store gave)
+        fields = in_key_order(fields, copied(order))
         artifact = stored.get("artifact", _NO_ARTIFACT)
         if artifact is not _NO_ARTIFACT and "artifact" in message_class.model_fields:
             fields["artifact"] = copied(artifact)

@@ -3,6 +3,7 @@ returned, from the callbacks LangChain already fires."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import threading
@@ -110,13 +111,34 @@ class RecordingCallbackHandler(RunTreeTracker):
         self._lock = threading.Lock()
         self._calls: dict[UUID, _Call] = {}
 
+    def _record_unfinished(self) -> None:
+        """At the end of the run, the calls LangChain never ended: a model call as abandoned,
+        with what it streamed (a `stream_events(version="v3")` stream its consumer stopped
+        reading fires neither `on_llm_end` nor `on_llm_error`, where `stream()` reports it); a
+        tool or retriever call as cancelled (langchain-core 0.3 and 1.0 report no cancelled
+        tool), so that its replay never returns either and the caller's timeout fires again."""
+        with self._lock:
+            unfinished = [(run_id, call.kind) for run_id, call in self._calls.items()]
+        for run_id, kind in unfinished:
+            if kind == "llm":
+                self.on_llm_error(GeneratorExit(), run_id=run_id)
+            elif kind == "tool":
+                self.on_tool_error(asyncio.CancelledError(), run_id=run_id)
+            else:
+                self.on_retriever_error(asyncio.CancelledError(), run_id=run_id)
+
     def _begin(self, run_id: UUID, call: _Call) -> None:
         with self._lock:
+            if not self._calls:  # the run holds this handler while it has a call open
+                self.recorder.before_seal(self._record_unfinished)
             self._calls[run_id] = call
 
     def _take(self, run_id: UUID) -> _Call | None:
         with self._lock:
-            return self._calls.pop(run_id, None)
+            call = self._calls.pop(run_id, None)
+            if call is not None and not self._calls:
+                self.recorder.forget_before_seal(self._record_unfinished)
+            return call
 
     def _finish(self, run_id: UUID, output: Any, *, is_error: bool = False) -> None:
         self._leave(run_id)

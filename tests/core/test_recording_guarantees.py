@@ -9,6 +9,7 @@ import textwrap
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -184,3 +185,27 @@ def test_a_run_row_the_database_rejects_loses_the_run_loudly(
         assert store.verify(other.run_id).ok
         assert [r.name for r in store.list_runs()] == ["fine"]
     assert not spool.exists() or not list(spool.glob("*.jsonl*"))
+
+
+class _Adapter:
+    """What an adapter registers: a bound method, recording its unfinished calls."""
+
+    def __init__(self, recorder: Any, fail: bool = False) -> None:
+        self.recorder, self.fail = recorder, fail
+        recorder.before_seal(self.finish)
+
+    def finish(self) -> None:
+        if self.fail:
+            raise RuntimeError("an adapter bug")
+        self.recorder.record("llm", "unfinished", {"n": 1}, {"abandoned": True}, is_error=True)
+
+
+def test_before_seal_callbacks_record_into_the_run_and_never_raise(any_store: Store) -> None:
+    with any_store.record() as rec:
+        twice = _Adapter(rec)
+        rec.before_seal(twice.finish)  # an equal bound method: still called once
+        _Adapter(rec, fail=True)
+        rec.forget_before_seal(_Adapter(rec).finish)  # its calls all ended
+    assert [s.name for s in any_store.load_steps(rec.run_id)] == ["unfinished"]
+    assert rec.stats.internal_errors == 1  # the failing one, counted
+    assert any_store.get_run(rec.run_id).status == "complete"

@@ -182,14 +182,30 @@ def test_stored_fields_are_plain_json_and_user_data_stays_data() -> None:
             "tool_calls": [{"name": "f", "args": {"raw": LOOKS_SERIALIZED}, "id": "c1",
                             "type": "tool_call"}]},
             # the key order the store's sorting loses, for the dicts not in sorted order
-            "tool_calls_order": {"items": {"0": {
-                "keys": ["name", "args", "id", "type"],
-                "inner": {"args": {"inner": {"raw": {"keys": ["lc", "type", "id", "kwargs"]}}}}}}},
+            "fields_order": {"inner": {
+                "additional_kwargs": {"keys": ["payload", "nested"], "inner": {
+                    "payload": {"keys": ["lc", "type", "id", "kwargs"]}}},
+                "response_metadata": {"keys": ["model_name", "ratio", "big"]},
+                "tool_calls": {"items": {"0": {
+                    "keys": ["name", "args", "id", "type"],
+                    "inner": {"args": {"inner": {"raw": {
+                        "keys": ["lc", "type", "id", "kwargs"]}}}}}}}}},
         }}
     back = revive(dumped)
     assert back.message == message
-    assert json.dumps(back.message.tool_calls) == json.dumps(message.tool_calls)
+    assert repr(back.message) == repr(message)  # every dict in the model's key order
     assert back.message.additional_kwargs["nested"] == LOOKS_LIKE_AN_ENVELOPE
+
+
+def test_a_message_recorded_before_fields_order_keeps_its_tool_calls_order() -> None:
+    old = {ENVELOPE: 2, "class": "AIMessage", "fields": {
+        "content": "", "tool_calls": [{"args": {"b": 1, "a": 2}, "id": "c1", "name": "f",
+                                       "type": "tool_call"}]},
+        "tool_calls_order": {"items": {"0": {"keys": ["name", "args", "id", "type"],
+                                             "inner": {"args": {"keys": ["b", "a"]}}}}}}
+    back = revive(old)
+    assert json.dumps(back.tool_calls) == json.dumps(
+        [{"name": "f", "args": {"b": 1, "a": 2}, "id": "c1", "type": "tool_call"}])
 
 
 def test_a_dumped_message_is_a_snapshot_and_each_revival_a_new_object() -> None:

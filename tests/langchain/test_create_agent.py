@@ -154,3 +154,15 @@ def test_agents_with_langchains_middlewares_replay(store: Store, kind: str) -> N
     assert replayed.get("todos") == live.get("todos")
     fallbacks = [f for mw in middleware for f in getattr(mw, "models", [])]
     assert model.calls == 0 and counter.total == 0 and all(f.calls == 0 for f in fallbacks)
+
+
+def test_replayed_messages_print_as_they_did_live(store: Store) -> None:
+    """Code that renders messages with `str()` into a prompt (langchain 1.0's summarizer)
+    sees each dict in the message in the model's key order, not the store's (JSONB puts
+    shorter keys first: `seed` before `model_name`, `total_tokens` before `output_tokens`)."""
+    run_id, live = record(store)
+    with store.replay(run_id) as player, instrument(player):
+        agent = agents.create_agent(ScriptedChatModel(plan=PLAN), make_tools(Counter()),
+                                    middleware=[ReplayMiddleware(player)])
+        replayed = agent.invoke(question())["messages"]
+    assert [repr(m) for m in replayed] == [repr(m) for m in live]

@@ -338,7 +338,8 @@ def test_a_tool_call_that_timed_out_times_out_again(store: Store) -> None:
 
     with store.record(name="tool-timeout") as rec:
         live = asyncio.run(agent(tool, callbacks(rec)))
-    assert [s.is_error for s in store.load_steps(rec.run_id)] == [True, False]
+    # (langchain-core 0.3 and 1.0 report no cancelled tool: the step is recorded at the end)
+    assert sorted(s.is_error for s in store.load_steps(rec.run_id)) == [False, True]
     with store.replay(rec.run_id) as player:
         # the timed-out call never completes in replay either (before, it raised at once)
         replayed = asyncio.run(agent(replay_tools(player, [tool])[0]))

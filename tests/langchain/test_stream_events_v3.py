@@ -14,6 +14,7 @@ from langgraph.prebuilt import ToolNode
 
 from agentreplay_core import Store
 from agentreplay_langchain import (
+    AbandonedStreamReplayed,
     RecordingCallbackHandler,
     ReplayChatModel,
     instrument,
@@ -154,3 +155,28 @@ def test_langgraph_v3_stream_replays_the_same_parts(store: Store) -> None:
             replayed, output = drive(replay_app, {})
     assert [view(p) for p in replayed] == [view(p) for p in live]
     assert repr(output["messages"]) == repr(live_output["messages"])
+
+
+def test_v3_stream_its_consumer_stopped_reading_replays_up_to_there(store: Store) -> None:
+    # LangChain never ends such a call (no on_llm_end, no on_llm_error): the recording
+    # records it as abandoned when the run ends, with the events it streamed
+    def first_events(model: Any, config: dict[str, Any] | None = None) -> list[Any]:
+        stream = model.stream_events(QUESTION, config, version="v3")
+        taken = []
+        for event in stream:
+            taken.append(dict(event))
+            if len(taken) == 3:
+                break
+        return taken
+
+    with store.record(name="v3 abandoned") as rec:
+        live = first_events(ScriptedChatModel(), {"callbacks": [RecordingCallbackHandler(rec)]})
+    [step] = store.load_steps(rec.run_id)
+    assert step.is_error and step.output["abandoned"] is True
+
+    with store.replay(rec.run_id) as player:  # every step is asked for
+        assert first_events(ReplayChatModel(player=player)) == live
+    with store.replay(rec.run_id) as player:
+        events, _, error = events_of(ReplayChatModel(player=player), QUESTION)
+    assert events[:3] == live and isinstance(error, AbandonedStreamReplayed)
+    assert "after 3 events" in str(error)
