@@ -66,19 +66,17 @@ class ReplayTool(AsyncBaseTool):
 
         served: list[Mapping[str, Any]] = []
         try:
-            output: ToolOutput = serve(
+            return serve(
                 self._player, "tool", self._metadata.get_name(), tool_request(args, kwargs),
                 live=None if tool is None else run, to_step=live.to_step,
                 from_step=_keeping(served), path=replay_path())
         except Exception as exc:
-            changing = self._write_back(_recorded_effects(exc), args, kwargs)
+            served[:] = _recorded_effects(exc)
+            raise
+        finally:  # what the tool wrote before it returned or raised
+            changing = self._write_back(served, args, kwargs)
             if changing is not None:
                 asyncio_run(changing)
-            raise
-        changing = self._write_back(served, args, kwargs)
-        if changing is not None:
-            asyncio_run(changing)
-        return output
 
     async def acall(self, *args: Any, **kwargs: Any) -> ToolOutput:
         tool = self._live
@@ -93,19 +91,17 @@ class ReplayTool(AsyncBaseTool):
 
         served: list[Mapping[str, Any]] = []
         try:
-            output: ToolOutput = await aserve(
+            return await aserve(
                 self._player, "tool", self._metadata.get_name(), tool_request(args, kwargs),
                 live=None if tool is None else run, to_step=live.to_step,
                 from_step=_keeping(served), path=replay_path())
         except Exception as exc:
-            changing = self._write_back(_recorded_effects(exc), args, kwargs)
+            served[:] = _recorded_effects(exc)
+            raise
+        finally:
+            changing = self._write_back(served, args, kwargs)
             if changing is not None:
                 await changing
-            raise
-        changing = self._write_back(served, args, kwargs)
-        if changing is not None:
-            await changing
-        return output
 
     def _going_live(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _LiveCall:
         """How a call that goes live is recorded into the forked run: as a recording records
