@@ -274,8 +274,6 @@ def _streaming_path() -> str | None:
     return path if path.rpartition("/")[2].startswith("chat_model:") else None
 
 
-
-
 def _message_id(run_manager: RunManager | None) -> str:
     """The id LangChain gives a streamed message of this run (`ChatModelStream`)."""
     return f"lc_run--{run_manager.run_id}" if run_manager is not None else "lc_run--replay"

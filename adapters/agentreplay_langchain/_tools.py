@@ -71,6 +71,19 @@ _COPIED = tuple(f for f in ("return_direct", "response_format", "handle_validati
                 if f in BaseTool.model_fields)
 
 
+@contextlib.contextmanager
+def _running_live(invocation: _Invocation) -> Iterator[list[Any]]:
+    """While the original runs in a replay gone live (it writes to the store itself): what it
+    writes to the graph's store, in the list yielded, once it has run."""
+    invocation.live = True
+    token = watch_store(invocation.tool_input)
+    writes: list[Any] = [None]
+    try:
+        yield writes
+    finally:
+        writes[0] = store_writes(token) if token is not None else None
+
+
 class ReplayTool(BaseTool):
     """Serves a tool's recorded results (content, artifact, status, errors).
 
@@ -174,14 +187,10 @@ class ReplayTool(BaseTool):
         assert tool is not None
 
         def call() -> dict[str, Any]:
-            invocation.live = True  # (it writes to the store itself)
-            token = watch_store(invocation.tool_input)
-            try:
+            with _running_live(invocation) as writes:
                 # no callbacks: this replay tool's own run reports the result to the caller's
                 result = tool.run(invocation.tool_input, tool_call_id=invocation.tool_call_id)
-            finally:
-                writes = store_writes(token) if token is not None else None
-            return tool_output(result, invocation.tool_call_id, writes)
+            return tool_output(result, invocation.tool_call_id, writes[0])
         return call
 
     def _alive_call(self, invocation: _Invocation) -> Callable[[], Awaitable[dict[str, Any]]]:
@@ -190,14 +199,10 @@ class ReplayTool(BaseTool):
         assert tool is not None
 
         async def call() -> dict[str, Any]:
-            invocation.live = True
-            token = watch_store(invocation.tool_input)
-            try:
+            with _running_live(invocation) as writes:
                 result = await tool.arun(invocation.tool_input,
                                          tool_call_id=invocation.tool_call_id)
-            finally:
-                writes = store_writes(token) if token is not None else None
-            return tool_output(result, invocation.tool_call_id, writes)
+            return tool_output(result, invocation.tool_call_id, writes[0])
         return call
 
     def _run(self, *args: Any, run_manager: CallbackManagerForToolRun | None = None,
