@@ -95,6 +95,18 @@ class TurnByCall(ScriptedChatModel):
                               tools)
 
 
+class SelectingTools(ScriptedChatModel):
+    """Answers a tool selection (`LLMToolSelectorMiddleware`'s structured output) with the
+    weather tool, and follows its plan otherwise."""
+
+    def _reply(self, messages: Any, tools: Any) -> Any:
+        if any(t["function"]["name"] == "ToolSelectionResponse" for t in tools or []):
+            self.calls += 1
+            return AIMessage("", tool_calls=[{"name": "ToolSelectionResponse", "id": nonce(),
+                                              "args": {"tools": ["weather"]}}])
+        return super()._reply(messages, tools)
+
+
 def flaky_tool(counter: Counter) -> Any:
     @tool
     def lookup(code: str) -> str:
@@ -106,8 +118,9 @@ def flaky_tool(counter: Counter) -> Any:
     return lookup
 
 
-def middleware_agent(kind: str, summarizer: Any) -> tuple[Any, list[Any], Counter]:
-    """An agent using one of langchain's own middlewares; its models and tools count calls."""
+def middleware_agent(kind: str, replay_model: Any | None) -> tuple[Any, list[Any], Counter]:
+    """An agent using one of langchain's own middlewares; its models and tools count calls.
+    `replay_model` is the model given to a middleware that calls one itself, in replay."""
     counter = Counter()
     m = agents.middleware
     if kind == "fallback":
@@ -123,18 +136,23 @@ def middleware_agent(kind: str, summarizer: Any) -> tuple[Any, list[Any], Counte
         todos = [{"content": "pack", "status": "pending"}]
         return ScriptedChatModel(plan=[[("write_todos", {"todos": todos})]]), [
             m.TodoListMiddleware()], counter
+    if kind == "tool selector":  # without a model of its own it asks the agent's
+        return SelectingTools(plan=PLAN), [m.LLMToolSelectorMiddleware(
+            max_tools=1, model=replay_model)], counter
     assert kind == "summarization"
     return TurnByCall(plan=PLAN), [m.SummarizationMiddleware(
-        model=summarizer, trigger=("messages", 4), keep=("messages", 2))], counter
+        model=replay_model or ScriptedChatModel(), trigger=("messages", 4),
+        keep=("messages", 2))], counter
 
 
 @pytest.mark.parametrize("kind", ["fallback", "model retry", "tool retry", "todo list",
-                                  "summarization"])
+                                  "tool selector", "summarization"])
 def test_agents_with_langchains_middlewares_replay(store: Store, kind: str) -> None:
     """`ReplayMiddleware` goes last (innermost): a middleware that swaps the model (a
     fallback) swaps it before the replay answers; a model a middleware calls itself (the
-    summarizer) is given as a `ReplayChatModel`."""
-    model, middleware, counter = middleware_agent(kind, ScriptedChatModel())
+    summarizer, the tool selector, which uses the agent's own unless given one) is given as a
+    `ReplayChatModel`."""
+    model, middleware, counter = middleware_agent(kind, None)
     tools = [flaky_tool(counter)] if kind == "tool retry" else make_tools(counter)
     agent = agents.create_agent(model, tools, middleware=middleware)
     with store.record(name=kind, entropy=True) as rec:
