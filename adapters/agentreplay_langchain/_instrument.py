@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar, Token
 from types import TracebackType
 from typing import Any, TypeVar
@@ -79,6 +79,18 @@ _handles: ContextVar[Instrumentation | None] = ContextVar(
 # `config["callbacks"]` is never attached twice.
 register_configure_hook(_recording, True, RecordingCallbackHandler)
 register_configure_hook(_tracking, True, RunTreeTracker)
+
+
+@contextlib.contextmanager
+def untracked() -> Iterator[None]:
+    """A block whose LangChain runs the replay's tracker does not see: a live model called
+    inside a replayed call (a fork) runs at the replayed call's own path, so what it draws
+    with `entropy=True` is recorded inside that call's step of the forked run."""
+    token = _tracking.set(None)
+    try:
+        yield
+    finally:
+        _tracking.reset(token)
 
 
 class Instrumentation:

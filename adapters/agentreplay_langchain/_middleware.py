@@ -6,6 +6,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware
+from langchain_core.language_models import BaseChatModel
 
 from agentreplay_core import Player
 from agentreplay_langchain._chat_model import ReplayChatModel
@@ -23,6 +24,10 @@ class ReplayMiddleware(AgentMiddleware):
     """Agent middleware that answers model calls from the recording (`ReplayChatModel`) and
     tool calls from the recording (`ReplayTool`), without running the originals.
 
+    In a replay opened with `on_divergence="live"`, the model the call was made with (the
+    agent's, or the one a fallback middleware put in) and the original tools answer from the
+    first divergence on, recorded into the forked run.
+
     Example:
         >>> agent = create_agent(  # doctest: +SKIP
         ...     model, tools, middleware=[ReplayMiddleware(player)])
@@ -32,15 +37,29 @@ class ReplayMiddleware(AgentMiddleware):
         super().__init__()
         self.player = player
         self.model = ReplayChatModel(player=player)
+        #: id of a live model -> (the model, its stand-in that can go live)
+        self._live_models: dict[int, tuple[Any, ReplayChatModel]] = {}
         self._tool_call = replay_tool_call(player)
         self._atool_call = areplay_tool_call(player)
 
+    def _model_for(self, request: Any) -> ReplayChatModel:
+        live = getattr(request, "model", None)
+        # (a stand-in with a live model runs async calls in a thread: only where it may go live)
+        if not self.player.can_go_live or not isinstance(live, BaseChatModel) or \
+                isinstance(live, ReplayChatModel):
+            return self.model
+        known = self._live_models.get(id(live))
+        if known is None or known[0] is not live:
+            known = self._live_models[id(live)] = (live, ReplayChatModel(player=self.player,
+                                                                         live=live))
+        return known[1]
+
     def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
-        return handler(_with_model(request, self.model))
+        return handler(_with_model(request, self._model_for(request)))
 
     async def awrap_model_call(self, request: Any,
                                handler: Callable[[Any], Awaitable[Any]]) -> Any:
-        return await handler(_with_model(request, self.model))
+        return await handler(_with_model(request, self._model_for(request)))
 
     def wrap_tool_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
         return self._tool_call(request, handler)

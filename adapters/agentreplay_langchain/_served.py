@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import operator
@@ -28,6 +29,7 @@ from langchain_core.outputs import (
     Generation,
     GenerationChunk,
 )
+from langchain_core.runnables.config import var_child_runnable_config
 
 from agentreplay_core import AgentReplayError, Step, decode
 from agentreplay_core._codec import TAG
@@ -36,6 +38,7 @@ from agentreplay_core._plural import counted
 from agentreplay_core._recorded_errors import error_from_record, is_cancellation
 from agentreplay_langchain._construct import chat_generation
 from agentreplay_langchain._convert import EVENTS, EVENTS_ORDER, dump, revive, revive_encoded
+from agentreplay_langchain._instrument import untracked
 
 
 class AbandonedStreamReplayed(AgentReplayError):
@@ -107,17 +110,31 @@ def live_call(model: Any, messages: list[BaseMessage], stop: list[str] | None,
             if tools else model
         if options:
             runnable = runnable.bind(**options)
-        # no callbacks: the replay model's own run reports the answer to the caller's handlers
         output: dict[str, Any] = {"model": {"class": type(model).__qualname__}}
-        if streamed:
-            chunks = list(runnable.stream(messages, stop=stop))
-            output["chunks"] = [dump(ChatGenerationChunk(message=c)) for c in chunks]
-            answer = message_chunk_to_message(functools.reduce(operator.add, chunks))
-        else:
-            answer = runnable.invoke(messages, stop=stop)
+        with _alone():
+            if streamed:
+                chunks = list(runnable.stream(messages, stop=stop))
+                output["chunks"] = [dump(ChatGenerationChunk(message=c)) for c in chunks]
+                answer = message_chunk_to_message(functools.reduce(operator.add, chunks))
+            else:
+                answer = runnable.invoke(messages, stop=stop)
         output["generations"] = [dump(ChatGeneration(message=answer))]
         return output
     return call
+
+
+@contextlib.contextmanager
+def _alone() -> Iterator[None]:
+    """A live model's run with no callbacks at all: the replay model's own run reports its
+    answer to the caller's handlers, and it is neither tracked nor a child of the run it is
+    called in (LangChain hands a run the callbacks of the one around it, through the context),
+    so what it draws sits inside the fork's step of the call."""
+    token = var_child_runnable_config.set(None)
+    try:
+        with untracked():
+            yield
+    finally:
+        var_child_runnable_config.reset(token)
 
 
 #: message classes that are never stream chunks (a generation holding one is served as is)

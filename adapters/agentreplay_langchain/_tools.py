@@ -23,6 +23,7 @@ from agentreplay_core import Player
 from agentreplay_core._recorded_errors import error_to_record
 from agentreplay_langchain._compat import keep_signatures, tool_start_inputs
 from agentreplay_langchain._convert import tool_output, tool_result
+from agentreplay_langchain._instrument import untracked
 from agentreplay_langchain._interrupts import pause_again, resume_answers
 from agentreplay_langchain._requests import tool_request
 from agentreplay_langchain._store_writes import STORE_WRITES, awrite_again, write_again
@@ -74,12 +75,14 @@ _COPIED = tuple(f for f in ("return_direct", "response_format", "handle_validati
 @contextlib.contextmanager
 def _running_live(invocation: _Invocation) -> Iterator[list[Any]]:
     """While the original runs in a replay gone live (it writes to the store itself): what it
-    writes to the graph's store, in the list yielded, once it has run."""
+    writes to the graph's store, in the list yielded, once it has run. (Its run is not
+    tracked: it runs at the stand-in's path, what it draws inside the fork's step of it.)"""
     invocation.live = True
     token = watch_store(invocation.tool_input)
     writes: list[Any] = [None]
     try:
-        yield writes
+        with untracked():
+            yield writes
     finally:
         writes[0] = store_writes(token) if token is not None else None
 

@@ -184,3 +184,27 @@ def test_replayed_messages_print_as_they_did_live(store: Store) -> None:
                                     middleware=[ReplayMiddleware(player)])
         replayed = agent.invoke(question())["messages"]
     assert [repr(m) for m in replayed] == [repr(m) for m in live]
+
+
+def test_a_changed_question_forks_the_agent_and_continues_live(store: Store) -> None:
+    """With `on_divergence="live"`, `ReplayMiddleware` hands the agent's own model and tools
+    the calls from the first divergence on, and they are recorded into a forked run."""
+    run_id, _ = record(store)
+    model, counter = ScriptedChatModel(plan=PLAN), Counter()
+    changed = {"messages": [HumanMessage("a weekend in Bergen")]}
+    with store.replay(run_id, on_divergence="live", allow_unused=True) as player, \
+            instrument(player):
+        agent = agents.create_agent(model, make_tools(counter),
+                                    middleware=[ReplayMiddleware(player)])
+        forked = agent.invoke(changed)["messages"]
+        fork = player.fork
+    assert fork is not None and model.calls == 3  # every turn, from the first, ran live
+    assert counter.total == 3 and "Bergen" in str(forked[-1].content)
+
+    with store.replay(fork.run_id) as player, instrument(player):
+        model, counter = ScriptedChatModel(plan=PLAN), Counter()
+        agent = agents.create_agent(model, make_tools(counter),
+                                    middleware=[ReplayMiddleware(player)])
+        again = agent.invoke({"messages": [HumanMessage("a weekend in Bergen")]})["messages"]
+    assert model.calls == 0 and counter.total == 0
+    assert [m.content for m in again] == [m.content for m in forked]

@@ -16,6 +16,7 @@ from agentreplay_langchain import (
     ReplayChatModel,
     ReplayEmbeddings,
     ReplayRetriever,
+    instrument,
     replay_tools,
 )
 from tests.langchain.fakes import (
@@ -118,6 +119,25 @@ def test_an_async_only_tool_goes_live_through_its_async_api(store: Store) -> Non
         again = asyncio.run(orders(ReplayChatModel(player=player),
                                    replay_tools(player, [lookup]), nudge="be brief"))
     assert transcript(again) == transcript(fixed) and ran == ["B2"]
+
+
+def test_a_fork_recorded_with_entropy_replays_under_instrument(store: Store) -> None:
+    """What the live model and tools draw in a fork (their random answers) is recorded inside
+    their steps of the forked run, so the fork replays with nothing left over; before, the
+    replay's tracker put the live runs beside the replayed calls (`...#1`)."""
+    with store.record(name="entropy", entropy=True) as rec:
+        loop(ScriptedChatModel(plan=PLAN), make_tools(Counter()),
+             config={"callbacks": [RecordingCallbackHandler(rec)]})
+    with store.replay(rec.run_id, on_divergence="live", allow_unused=True) as player, \
+            instrument(player):
+        fixed = loop(ReplayChatModel(player=player, live=ScriptedChatModel(plan=PLAN)),
+                     replay_tools(player, make_tools(Counter())), nudge="keep it short")
+        fork = player.fork
+    assert fork is not None
+    with store.replay(fork.run_id) as player, instrument(player):
+        again = loop(ReplayChatModel(player=player), replay_tools(player, make_tools(Counter())),
+                     nudge="keep it short")
+    assert transcript(again) == transcript(fixed)
 
 
 def test_without_live_mode_a_live_model_is_never_called(store: Store) -> None:
