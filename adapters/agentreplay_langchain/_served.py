@@ -128,8 +128,11 @@ def _alone() -> Iterator[None]:
     """A live model's run with no callbacks at all: the replay model's own run reports its
     answer to the caller's handlers, and it is neither tracked nor a child of the run it is
     called in (LangChain hands a run the callbacks of the one around it, through the context),
-    so what it draws sits inside the fork's step of the call."""
-    token = var_child_runnable_config.set(None)
+    so what it draws sits inside the fork's step of the call. The rest of the config around it
+    (`configurable`, for a model whose fields it sets) stays."""
+    around = var_child_runnable_config.get()
+    kept: Any = {k: v for k, v in around.items() if k != "callbacks"} if around else None
+    token = var_child_runnable_config.set(kept)
     try:
         with untracked():
             yield
