@@ -16,6 +16,7 @@ from llama_index.core.llms.function_calling import FunctionCallingLLM
 from llama_index.core.llms.llm import LLM
 
 from agentreplay_core import Recorder
+from agentreplay_core._keys import at_path
 from agentreplay_core._recorded_errors import error_to_record
 from agentreplay_llamaindex._llm_calls import (
     LlmCall,
@@ -24,6 +25,8 @@ from agentreplay_llamaindex._llm_calls import (
     write_call,
     write_error,
 )
+
+_END = object()
 
 #: the key under which `ReplayLLM._prepare_chat_with_tools` passes the tool-call options to
 #: its chat methods, so that a live LLM can build its own wire format from the tool objects
@@ -76,7 +79,8 @@ class LiveLLM:
         stream = method.startswith("stream")
         call, payload, live_kwargs = self._begin(mode, payload, kwargs, path, stream)
         try:
-            result = getattr(self.llm, method)(payload, *positional, **live_kwargs)
+            with at_path(path):  # what the model draws sits inside its step, as recorded
+                result = getattr(self.llm, method)(payload, *positional, **live_kwargs)
         except Exception as err:
             write_error(fork, call, err)
             raise
@@ -90,7 +94,8 @@ class LiveLLM:
         stream = method.startswith("astream")
         call, payload, live_kwargs = self._begin(mode, payload, kwargs, path, stream)
         try:
-            result = await getattr(self.llm, method)(payload, *positional, **live_kwargs)
+            with at_path(path):
+                result = await getattr(self.llm, method)(payload, *positional, **live_kwargs)
         except (Exception, asyncio.CancelledError) as err:
             write_error(fork, call, err)
             raise
@@ -108,8 +113,15 @@ class LiveLLM:
         # as the handlers do: a stream the host closes early is recorded as abandoned, a
         # failing one with its error after the chunks it produced
         last = None
+        chunks = iter(chunks)
         try:
-            for chunk in chunks:
+            while True:
+                # the path only while the model makes a chunk: the host's code between chunks
+                # runs where it is
+                with at_path(call.path):
+                    chunk = next(chunks, _END)
+                if chunk is _END:
+                    break
                 self._chunk(call, chunk)
                 last = chunk
                 yield chunk
@@ -124,8 +136,13 @@ class LiveLLM:
     async def _arelay(self, fork: Recorder, call: LlmCall, chunks: Any
                       ) -> AsyncGenerator[Any, None]:
         last = None
+        chunks = aiter(chunks)
         try:
-            async for chunk in chunks:
+            while True:
+                with at_path(call.path):
+                    chunk = await anext(chunks, _END)
+                if chunk is _END:
+                    break
                 self._chunk(call, chunk)
                 last = chunk
                 yield chunk

@@ -115,6 +115,30 @@ def test_agent_continues_live_after_a_changed_prompt(li_store: Store, workflow: 
     assert again == continued and ran == []
 
 
+@pytest.mark.parametrize("workflow", [False, True], ids=["streaming-agent", "workflow"])
+def test_a_fork_recorded_with_entropy_replays(li_store: Store, workflow: bool) -> None:
+    """What the live model draws in a fork (its sampled wording) is recorded inside its steps,
+    streamed or not, so the fork replays with nothing left over; before, it was recorded
+    beside them and the fork's replay ended in `missing_call`."""
+    tools = counted_tools([])
+    with li_store.record(name="entropy", entropy=True) as rec, instrument(rec):
+        asyncio.run(two_turns(ToolCallingLLM(), tools, scenarios.AGENT_QUESTION,
+                              workflow=workflow))
+    with li_store.replay(rec.run_id, on_divergence="live") as player, instrument(player):
+        continued = asyncio.run(two_turns(ReplayLLM(player, live=CountingLLM()),
+                                          replay_tools(player, tools), CHANGED,
+                                          workflow=workflow))
+        fork = player.fork
+    assert fork is not None
+    drawn = [s for s in li_store.load_steps(fork.run_id) if s.kind == "random"
+             and s.name != "random.seed"]
+    assert drawn  # the live model's samples
+    with li_store.replay(fork.run_id) as player, instrument(player):
+        again = asyncio.run(two_turns(ReplayLLM(player), replay_tools(player, tools), CHANGED,
+                                      workflow=workflow))
+    assert again == continued
+
+
 def _text(result: Any) -> str:
     """The text of a response, or of a stream's last chunk."""
     last = list(result)[-1] if hasattr(result, "__next__") else result
