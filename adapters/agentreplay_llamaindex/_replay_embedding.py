@@ -10,7 +10,7 @@ from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
 from pydantic import PrivateAttr
 
 from agentreplay_core import Player, Recorder, ReplayDivergence
-from agentreplay_core._keys import join_path
+from agentreplay_core._keys import at_path, join_path
 from agentreplay_core._recorded_errors import error_to_record
 from agentreplay_llamaindex._recorded import recorded_name
 from agentreplay_llamaindex._routing import tracked_tree
@@ -92,8 +92,10 @@ class ReplayEmbedding(BaseEmbedding):
         assert self._live is not None
         started, t0 = datetime.now(timezone.utc), time.perf_counter()
         try:
-            got = [self._live._get_query_embedding(texts[0])] if mode == "query" \
-                else self._live._get_text_embeddings(texts)
+            # what the client draws sits inside the step of the batch's first text, as recorded
+            with at_path(self._live_path(path)):
+                got = [self._live._get_query_embedding(texts[0])] if mode == "query" \
+                    else self._live._get_text_embeddings(texts)
         except Exception as err:
             self._record_error(fork, mode, texts[0], err, path, started, t0)
             raise
@@ -104,8 +106,9 @@ class ReplayEmbedding(BaseEmbedding):
         assert self._live is not None
         started, t0 = datetime.now(timezone.utc), time.perf_counter()
         try:
-            got = [await self._live._aget_query_embedding(texts[0])] if mode == "query" \
-                else await self._live._aget_text_embeddings(texts)
+            with at_path(self._live_path(path)):
+                got = [await self._live._aget_query_embedding(texts[0])] if mode == "query" \
+                    else await self._live._aget_text_embeddings(texts)
         except Exception as err:
             self._record_error(fork, mode, texts[0], err, path, started, t0)
             raise

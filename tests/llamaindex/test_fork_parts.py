@@ -4,8 +4,10 @@ then the live parts."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
+import pytest
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.postprocessor.structured_llm_rerank import StructuredLLMRerank
@@ -144,3 +146,30 @@ def test_reranker_and_sync_tool_continue_live(li_store: Store) -> None:
         [replay_add] = replay_tools(player, [tool])
         assert [replay_add.call(a=1, b=2).content, replay_add.call(a=5, b=6).content] \
             == new_sums
+
+
+@pytest.mark.parametrize("tracked", [True, False], ids=["tracked", "untracked"])
+def test_a_fork_of_embeddings_recorded_with_entropy_replays(li_store: Store, tracked: bool
+                                                            ) -> None:
+    """What a live embedding client draws in a fork (its request ids) is recorded inside the
+    step of the first text of its batch, as a recording puts it, so the fork replays; before,
+    it was recorded beside the steps and the fork's replay ended in `missing_call`. The fork
+    and its replay run with the span tracking or without it."""
+    from tests.llamaindex.test_entropy import IdDrawingEmbedding
+
+    def tracking(target: Any) -> Any:
+        return instrument(target) if tracked else contextlib.nullcontext()
+
+    for use_async in (False, True):
+        with li_store.record(name="embed-entropy", entropy=True) as rec, instrument(rec):
+            _embed(IdDrawingEmbedding(), ["x", "y", "z"], use_async=use_async)
+        with li_store.replay(rec.run_id, on_divergence="live") as player, tracking(player):
+            got = _embed(ReplayEmbedding(player, live=IdDrawingEmbedding()),
+                         ["x", "changed", "z"], use_async=use_async)
+            fork = player.fork
+        assert fork is not None
+        steps = li_store.load_steps(fork.run_id)
+        assert [s.kind for s in steps].count("uuid") == 1  # the one live batch's request id
+        with li_store.replay(fork.run_id) as player, tracking(player):
+            assert _embed(ReplayEmbedding(player), ["x", "changed", "z"],
+                          use_async=use_async) == got
