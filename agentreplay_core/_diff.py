@@ -44,17 +44,19 @@ __all__ = [
     "summarize",
 ]
 
-# Top-level keys of an llm request that hold the prompt; every other key is a parameter.
+# Top-level keys of an llm (or decision) request that hold the prompt; every other key is a
+# parameter. A decision model (a classifier) reads its state and questions as a model reads
+# its prompt.
 PROMPT_KEYS = frozenset(
     {"messages", "prompt", "prompts", "input", "inputs", "text", "query", "query_str",
-     "system", "instructions", "contents"}
+     "system", "instructions", "contents", "state", "questions"}
 )  # fmt: skip
 # Top-level keys of a tool, retriever or embedding request that are settings, not input.
 TOOL_PARAM_KEYS = frozenset(
     {"model", "model_name", "k", "top_k", "similarity_top_k", "search_type", "search_kwargs",
      "dimensions", "encoding_format", "config", "metadata", "tags"}
 )  # fmt: skip
-_LLM_KINDS = frozenset({"llm"})
+_LLM_KINDS = frozenset({"llm", "decision"})
 # Mirrors agentreplay_core._model.ENTROPY_KINDS; their requests are all parameters.
 _ENTROPY_KINDS = frozenset({"time", "random", "uuid", "sleep"})
 _KEY = re.compile(r"[^.\[]+")
@@ -63,9 +65,10 @@ _KEY = re.compile(r"[^.\[]+")
 def classify(kind: str, entries: Iterable[DiffEntry]) -> str:
     """Name what kind of change made a request miss its recorded step.
 
-    - ``llm``: ``prompt_changed`` when any difference is under a prompt key (`PROMPT_KEYS`,
-      e.g. ``messages`` or ``prompt``) or the request is not a dict at all, else
-      ``params_changed`` (model name, temperature, tools, stop, ...).
+    - ``llm``, ``decision``: ``prompt_changed`` when any difference is under a prompt key
+      (`PROMPT_KEYS`, e.g. ``messages``, ``prompt`` or a classifier's ``state``) or the
+      request is not a dict at all, else ``params_changed`` (model name, temperature, tools,
+      stop, ...).
     - ``time``, ``random``, ``uuid``, ``sleep``: ``params_changed``.
     - ``tool``, ``retriever``, ``embedding`` and any other kind: ``params_changed`` when every
       difference is under a settings key (`TOOL_PARAM_KEYS`, e.g. ``k`` or ``model``), else

@@ -71,6 +71,15 @@ def __getattr__(name: str) -> Any:
                 "ReplayMiddleware needs langchain 1.x (create_agent): pip install 'langchain>=1'"
             ) from exc
         return ReplayMiddleware
+    if name in ("ReplayDecisionModel", "replayable_decision_model"):
+        # decision models (classifiers) are langchain-core 1.8's
+        try:
+            from agentreplay_langchain import _decision_model
+        except ImportError as exc:
+            raise ImportError(
+                f"{name} needs langchain-core with decision models: pip install -U langchain-core"
+            ) from exc
+        return getattr(_decision_model, name)
     raise AttributeError(f"module 'agentreplay_langchain' has no attribute {name!r}")
 
 
@@ -81,6 +90,7 @@ __all__ = [
     "RecordingCallbackHandler",
     "RecordingEmbeddings",
     "ReplayChatModel",
+    "ReplayDecisionModel",
     "ReplayEmbeddings",
     "ReplayLLM",
     "ReplayMiddleware",
@@ -92,6 +102,7 @@ __all__ = [
     "replay_tool_call",
     "replay_tools",
     "replayable_chat_model",
+    "replayable_decision_model",
     "replayable_embeddings",
     "replayable_llm",
     "replayable_retriever",

@@ -20,6 +20,13 @@ from agentreplay_core._key_order import keep_key_order
 from agentreplay_core._recorded_errors import error_to_record
 from agentreplay_core._stable_repr import stable_repr
 from agentreplay_langchain._convert import EVENTS, EVENTS_ORDER, dump, tool_output
+from agentreplay_langchain._decisions import (
+    DECISION,
+    DECISION_MODEL,
+    decision_output,
+    is_decision_run,
+    request_of,
+)
 from agentreplay_langchain._interrupts import resume_answers, tool_error_record
 from agentreplay_langchain._requests import (
     chat_request,
@@ -115,8 +122,9 @@ class RecordingCallbackHandler(RunTreeTracker):
         """At the end of the run, the calls LangChain never ended: a model call as abandoned,
         with what it streamed (a `stream_events(version="v3")` stream its consumer stopped
         reading fires neither `on_llm_end` nor `on_llm_error`, where `stream()` reports it); a
-        tool or retriever call as cancelled (langchain-core 0.3 and 1.0 report no cancelled
-        tool), so that its replay never returns either and the caller's timeout fires again."""
+        tool, retriever or decision call as cancelled (langchain-core 0.3 and 1.0 report no
+        cancelled tool), so that its replay never returns either and the caller's timeout
+        fires again."""
         with self._lock:
             unfinished = [(run_id, call.kind) for run_id, call in self._calls.items()]
         for run_id, kind in unfinished:
@@ -125,7 +133,7 @@ class RecordingCallbackHandler(RunTreeTracker):
             elif kind == "tool":
                 self.on_tool_error(asyncio.CancelledError(), run_id=run_id)
             else:
-                self.on_retriever_error(asyncio.CancelledError(), run_id=run_id)
+                self._finish(run_id, error_to_record(asyncio.CancelledError()), is_error=True)
 
     def _begin(self, run_id: UUID, call: _Call) -> None:
         with self._lock:
@@ -251,6 +259,36 @@ class RecordingCallbackHandler(RunTreeTracker):
         # a consumer that stops reading a stream closes it: LangChain reports GeneratorExit
         output["abandoned"] = isinstance(error, GeneratorExit)
         self._finish(run_id, output, is_error=True)
+
+    # -- decision models (a chain run of run_type "llm") ------------------------------------
+
+    @_guarded
+    def on_chain_start(self, serialized: dict[str, Any], inputs: Any, *, run_id: UUID,
+                       parent_run_id: UUID | None = None, tags: list[str] | None = None,
+                       **kwargs: Any) -> None:
+        if not is_decision_run(kwargs):
+            self._enter("chain", serialized, run_id, parent_run_id, tags, kwargs)
+            return
+        path = self._enter(DECISION_MODEL, serialized, run_id, parent_run_id, tags, kwargs)
+        meta = kwargs.get("metadata") or {}
+        model = {"ls_provider": meta.get("ls_provider"), "ls_model_name": meta.get("ls_model_name")}
+        self._begin(run_id, _Call(DECISION, DECISION_MODEL, request_of(inputs), path,
+                                  extra={"model": _plain(model)}))
+
+    @_guarded
+    def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        call = self._calls.get(run_id)  # only decision runs among the chains
+        if call is None:
+            self._leave(run_id)
+        else:
+            self._finish(run_id, decision_output(outputs, call.extra.get("model")))
+
+    @_guarded
+    def on_chain_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        if run_id in self._calls:
+            self._finish(run_id, error_to_record(error), is_error=True)
+        else:
+            self._leave(run_id)
 
     # -- tools -----------------------------------------------------------------------------
 

@@ -18,12 +18,13 @@ from uuid import UUID
 from langchain_core.callbacks import BaseCallbackHandler
 
 from agentreplay_core._keys import _current_path, join_path
+from agentreplay_langchain._decisions import DECISION_MODEL, is_decision_run
 
 #: tags LangChain and LangGraph add to say where a child runs: `seq:step:N`, `map:key:K`, ...
 _POSITIONAL = re.compile(r"^[a-z_]+:[a-z_]+:")
 #: runs inside which the core's current path follows the run tree: what is recorded inside
 #: them (an embedding call, a model's own clock or random reads) is replayed with them
-BOUNDARY_TYPES = frozenset({"tool", "retriever", "chat_model", "llm"})
+BOUNDARY_TYPES = frozenset({"tool", "retriever", "chat_model", "llm", DECISION_MODEL})
 _NO_TAGS: frozenset[str] = frozenset()
 #: the tool call id a tool run's segment carries (`tool:weather[seq:step:1,call:ID]`)
 _CALL_ID = re.compile(r"[\[,]call:([^,\]]+)[,\]]")
@@ -54,8 +55,8 @@ def run_name(run_type: str, serialized: dict[str, Any] | None, kwargs: dict[str,
     explicit = kwargs.get("name")
     if run_type == "tool":
         return str((serialized or {}).get("name") or explicit or "tool")
-    if run_type == "retriever":
-        return "retriever"
+    if run_type in ("retriever", DECISION_MODEL):  # the replay backends' classes differ
+        return run_type
     if run_type in ("chat_model", "llm"):
         return str(explicit or run_type)
     if explicit:
@@ -151,7 +152,8 @@ class RunTreeTracker(BaseCallbackHandler):
     def on_chain_start(self, serialized: dict[str, Any], inputs: Any, *, run_id: UUID,
                        parent_run_id: UUID | None = None, tags: list[str] | None = None,
                        **kwargs: Any) -> None:
-        self._enter("chain", serialized, run_id, parent_run_id, tags, kwargs)
+        self._enter(DECISION_MODEL if is_decision_run(kwargs) else "chain", serialized, run_id,
+                    parent_run_id, tags, kwargs)
 
     def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
         self._leave(run_id)

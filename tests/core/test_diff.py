@@ -147,6 +147,20 @@ def test_retriever_query_versus_retriever_settings() -> None:
     assert render_diff(k_changed) == "~ k: 4 -> 8"
 
 
+def test_a_decision_models_state_and_questions_are_its_prompt() -> None:
+    recorded = {"state": "a weekend in Oslo",
+                "questions": {"route": {"type": "choice", "instructions": "cheapest"}}}
+
+    state_changed = structural_diff(recorded, {**recorded, "state": "a week in Bergen"})
+    asked_otherwise = structural_diff(recorded, {**recorded, "questions": {
+        "route": {"type": "choice", "instructions": "fastest"}}})
+
+    assert classify("decision", state_changed) == "prompt_changed"
+    assert classify("decision", asked_otherwise) == "prompt_changed"
+    assert classify("decision", structural_diff({**recorded, "model": "a"},
+                                                {**recorded, "model": "b"})) == "params_changed"
+
+
 def test_entropy_kinds_classify_as_params_changed() -> None:
     entries = structural_diff({"a": 1, "b": 6}, {"a": 1, "b": 20})
 

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from langchain_core.messages import BaseMessage, HumanMessage
 from langchain_core.tools import BaseTool, tool
+from langgraph.prebuilt import ToolNode
 
 from agentreplay_core import ReplayDivergence, Store
 from agentreplay_langchain import (
@@ -175,3 +176,31 @@ def test_a_changed_question_retrieves_and_embeds_live_in_the_fork(store: Store) 
                           ).invoke("What about Rome?")
         assert ReplayEmbeddings(player).embed_query("What about Rome?") == vector
     assert again.content == answer.content and again.id == answer.id
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+def test_a_langgraph_fork_recorded_with_entropy_replays(store: Store, use_async: bool) -> None:
+    """The same inside a LangGraph graph, whose nodes hand their callbacks and config to
+    everything they call: the live tools of a `ToolNode` of stand-ins draw inside their steps
+    of the fork too."""
+    from tests.langchain.test_langgraph import PLAN as PARALLEL_PLAN
+    from tests.langchain.test_langgraph import build_graph
+
+    def run(model: Any, tools: Sequence[BaseTool], question: str) -> list[BaseMessage]:
+        app = build_graph(model, ToolNode(tools), tools)
+        state = {"messages": [HumanMessage(question)]}
+        out = asyncio.run(app.ainvoke(state)) if use_async else app.invoke(state)
+        return list(out["messages"])
+
+    with store.record(name="graph entropy", entropy=True) as rec, instrument(rec):
+        run(ScriptedChatModel(plan=PARALLEL_PLAN), make_tools(Counter()), "plan a day")
+    counter = Counter()
+    with store.replay(rec.run_id, on_divergence="live") as player, instrument(player):
+        fixed = run(ReplayChatModel(player=player, live=ScriptedChatModel(plan=PARALLEL_PLAN)),
+                    replay_tools(player, make_tools(counter)), "plan a day in Lyon")
+        fork = player.fork
+    assert fork is not None and counter.total == 4  # every tool call went live
+    with store.replay(fork.run_id) as player, instrument(player):
+        again = run(ReplayChatModel(player=player), replay_tools(player, make_tools(Counter())),
+                    "plan a day in Lyon")
+    assert transcript(again) == transcript(fixed)
