@@ -208,3 +208,26 @@ def test_a_changed_question_forks_the_agent_and_continues_live(store: Store) -> 
         again = agent.invoke({"messages": [HumanMessage("a weekend in Bergen")]})["messages"]
     assert model.calls == 0 and counter.total == 0
     assert [m.content for m in again] == [m.content for m in forked]
+
+
+def test_the_shell_tool_of_its_middleware_never_runs_in_replay(store: Store,
+                                                               tmp_path: Any) -> None:
+    """`ShellToolMiddleware` brings its own tool, which runs commands in a real shell: in
+    replay its recorded output (and artifact: exit code, truncation) is served and no command
+    runs again."""
+    ran = tmp_path / "ran"
+    plan: Plan = [[("shell", {"command": f"echo $RANDOM; echo once >> {ran}"})]]
+
+    def agent(*replay: Any) -> Any:
+        shell = agents.middleware.ShellToolMiddleware(workspace_root=str(tmp_path))
+        return agents.create_agent(ScriptedChatModel(plan=plan), [],
+                                   middleware=[shell, *replay])
+
+    with store.record(name="shell", entropy=True) as rec, instrument(rec):
+        live = agent().invoke({"messages": [HumanMessage("roll a number")]})["messages"]
+    assert ran.read_text() == "once\n"
+    with store.replay(rec.run_id) as player, instrument(player):
+        again = agent(ReplayMiddleware(player)).invoke(
+            {"messages": [HumanMessage("roll a number")]})["messages"]
+    assert ran.read_text() == "once\n"
+    assert transcript(again) == transcript(live) and live[2].artifact["exit_code"] == 0
