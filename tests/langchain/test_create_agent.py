@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 from typing import Any
 
 import pytest
@@ -231,3 +232,51 @@ def test_the_shell_tool_of_its_middleware_never_runs_in_replay(store: Store,
             {"messages": [HumanMessage("roll a number")]})["messages"]
     assert ran.read_text() == "once\n"
     assert transcript(again) == transcript(live) and live[2].artifact["exit_code"] == 0
+
+
+def _hitl_modes() -> list[Any]:
+    per_call = "interrupt_mode" in inspect.signature(
+        agents.middleware.HumanInTheLoopMiddleware).parameters
+    return ["batched", pytest.param("per_call", marks=pytest.mark.skipif(
+        not per_call, reason="interrupt_mode is newer than this langchain"))]
+
+
+@pytest.mark.parametrize("mode", _hitl_modes())
+def test_human_in_the_loop_approvals_replay(store: Store, mode: str) -> None:
+    """`HumanInTheLoopMiddleware` pauses the agent for a person's decisions on its tool calls
+    (one interrupt per turn, or one per gated call inside the tool-call wrapper); the program
+    resumes the thread with them. Replayed with the same decisions, the agent pauses at the
+    same places, the approved calls are served, the rejected one never runs."""
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.types import Command
+
+    def run(counter: Counter, *replay: Any) -> tuple[list[Any], list[Any]]:
+        hitl = agents.middleware.HumanInTheLoopMiddleware(
+            {"weather": True, "add": True}, **({"interrupt_mode": mode} if mode != "batched"
+                                               else {}))
+        agent = agents.create_agent(ScriptedChatModel(plan=PLAN), make_tools(counter),
+                                    middleware=[hitl, *replay], checkpointer=InMemorySaver())
+        config: Any = {"configurable": {"thread_id": "t1"}}
+        state = agent.invoke(question(), config)
+        asked = []
+        while state.get("__interrupt__"):
+            pending = state["__interrupt__"]
+            asked.append([p.value for p in pending])
+            if mode == "batched":
+                assert len(pending) == 1  # one interrupt for the turn's gated calls
+                answer: Any = {"decisions": [{"type": "approve"},
+                                             {"type": "reject", "message": "no maths"}]}
+            else:  # each gated call its own interrupt, answered by id
+                answer = {p.id: {"type": "approve"} if p.value["name"] ==
+                          "weather" else {"type": "reject", "message": "no maths"}
+                          for p in pending}
+            state = agent.invoke(Command(resume=answer), config)
+        return asked, state["messages"]
+
+    with store.record(name=f"hitl-{mode}", entropy=True) as rec, instrument(rec):
+        asked, live = run(ran := Counter())
+    assert asked and ran.total == 2  # weather and search; add was rejected
+    with store.replay(rec.run_id) as player, instrument(player):
+        asked_again, again = run(ran := Counter(), ReplayMiddleware(player))
+    assert asked_again == asked and ran.total == 0
+    assert transcript(again) == transcript(live)
