@@ -67,6 +67,10 @@ class ReplayChatModel(BaseChatModel):
     cache: bool | None = False
     #: the model that answers from the first divergence on (`on_divergence="live"` only)
     live: BaseChatModel | None = Field(default=None, exclude=True)
+    #: the recorded model's name, for code that decides by it what to ask (`create_agent`
+    #: takes provider-native structured output for models it knows by name); give it with the
+    #: recorded model's `profile` where the agent's code inspects the model it is given
+    model_name: str | None = None
 
     @property
     def _llm_type(self) -> str:

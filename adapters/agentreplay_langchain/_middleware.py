@@ -37,22 +37,31 @@ class ReplayMiddleware(AgentMiddleware):
         super().__init__()
         self.player = player
         self.model = ReplayChatModel(player=player)
-        #: id of a live model -> (the model, its stand-in that can go live)
-        self._live_models: dict[int, tuple[Any, ReplayChatModel]] = {}
+        #: id of an agent's model -> (the model, its stand-in)
+        self._stand_ins: dict[int, tuple[Any, ReplayChatModel]] = {}
         self._tool_call = replay_tool_call(player)
         self._atool_call = areplay_tool_call(player)
 
     def _model_for(self, request: Any) -> ReplayChatModel:
-        live = getattr(request, "model", None)
-        # (a stand-in with a live model runs async calls in a thread: only where it may go live)
-        if not self.player.can_go_live or not isinstance(live, BaseChatModel) or \
-                isinstance(live, ReplayChatModel):
+        model = getattr(request, "model", None)
+        if not isinstance(model, BaseChatModel) or isinstance(model, ReplayChatModel):
             return self.model
-        known = self._live_models.get(id(live))
-        if known is None or known[0] is not live:
-            known = self._live_models[id(live)] = (live, ReplayChatModel(player=self.player,
-                                                                         live=live))
+        known = self._stand_ins.get(id(model))
+        if known is None or known[0] is not model:
+            known = self._stand_ins[id(model)] = (model, self._stand_in(model))
         return known[1]
+
+    def _stand_in(self, model: BaseChatModel) -> ReplayChatModel:
+        """The replay model for calls made with `model`: it goes live as `model` (where the
+        replay may; a stand-in with a live model runs async calls in a thread), and it shows
+        the agent what the agent asks of `model`, its profile and name, from which
+        `create_agent` picks how to ask for a `response_format` (provider-native or a tool):
+        the replay then binds what the recording bound."""
+        name = next((value for attr in ("model_name", "model", "model_id")
+                     if isinstance(value := getattr(model, attr, None), str)), None)
+        return ReplayChatModel(player=self.player,
+                               live=model if self.player.can_go_live else None,
+                               profile=getattr(model, "profile", None), model_name=name)
 
     def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
         return handler(_with_model(request, self._model_for(request)))

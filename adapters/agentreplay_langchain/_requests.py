@@ -89,16 +89,24 @@ def llm_request(prompt: str, stop: Any) -> dict[str, Any]:
     return request
 
 
+def _injected(value: Any) -> bool:
+    """LangGraph's store (`InjectedStore`) or a `ToolRuntime`, handed to a tool by the graph."""
+    kind = type(value)
+    return (STORE_TYPE is not None and isinstance(value, STORE_TYPE)) or (
+        kind.__name__ == "ToolRuntime" and kind.__module__.startswith("langgraph."))
+
+
 def tool_request(inputs: Any, resume: list[Any] | None = None) -> dict[str, Any]:
     """The request of a tool call: its arguments as `on_tool_start` saw them, and the answers
     of a resumed LangGraph task it runs in (`_interrupts.resume_answers`).
 
-    LangGraph's store, injected into a tool (`InjectedStore`), is left out: langchain-core
-    before 1.0 shows injected arguments to `on_tool_start`, and a store is no argument the
-    model chose (nor a value a run log can hold)."""
-    if STORE_TYPE is not None and type(inputs) is dict and any(
-            isinstance(v, STORE_TYPE) for v in inputs.values()):
-        inputs = {k: v for k, v in inputs.items() if not isinstance(v, STORE_TYPE)}
+    What LangGraph injects into a tool, its store and its `ToolRuntime`, is left out:
+    langchain-core before 1.0 shows injected arguments to `on_tool_start`, and up to 1.2 a
+    runtime outside the tool's `args_schema` (`ShellToolMiddleware`'s shell), while they are
+    no arguments the model chose (nor values a run log can hold: a runtime holds the graph's
+    state, locks and all)."""
+    if type(inputs) is dict and any(_injected(v) for v in inputs.values()):
+        inputs = {k: v for k, v in inputs.items() if not _injected(v)}
     request = {"input": copy.deepcopy(inputs)}
     if resume is not None:
         request["resume"] = resume
