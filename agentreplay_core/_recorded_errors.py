@@ -37,7 +37,22 @@ def error_to_record(exc: BaseException) -> dict[str, Any]:
         record["attributes"] = attributes
     if isinstance(exc, asyncio.CancelledError):
         record["cancelled"] = True
+    extra = getattr(exc, BESIDE, None)
+    if isinstance(extra, dict):
+        record.update((k, v) for k, v in extra.items() if k not in record)
     return record
+
+
+#: set on an exception by an adapter (`keep_beside`): what the failed call did before it raised
+#: (the events it reported), stored in the exception's record beside the error
+BESIDE = "__agentreplay_beside__"
+
+
+def keep_beside(exc: BaseException, values: dict[str, Any]) -> None:
+    """Have `error_to_record(exc)` store `values` beside the error (never its own fields)."""
+    # an exception that takes no attributes keeps its error alone
+    with contextlib.suppress(Exception):
+        setattr(exc, BESIDE, {**(getattr(exc, BESIDE, None) or {}), **values})
 
 
 _PLAIN = (str, int, float, bool, type(None))

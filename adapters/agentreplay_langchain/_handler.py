@@ -17,9 +17,11 @@ import orjson
 
 from agentreplay_core import Recorder, SerializationError, encode
 from agentreplay_core._key_order import keep_key_order
+from agentreplay_core._keys import current_path, is_inside
 from agentreplay_core._recorded_errors import error_to_record
 from agentreplay_core._stable_repr import stable_repr
 from agentreplay_langchain._convert import EVENTS, EVENTS_ORDER, dump, tool_output
+from agentreplay_langchain._custom_events import CUSTOM_EVENTS, event_entry
 from agentreplay_langchain._decisions import (
     DECISION,
     DECISION_MODEL,
@@ -311,16 +313,37 @@ class RecordingCallbackHandler(RunTreeTracker):
         call_id = extra.get("tool_call_id") or getattr(output, "tool_call_id", None)
         token = extra.get("store")
         writes = store_writes(token) if token is not None else None
-        self._finish(run_id, tool_output(output, call_id, writes))
+        stored = tool_output(output, call_id, writes)
+        if CUSTOM_EVENTS in extra:
+            stored[CUSTOM_EVENTS] = extra[CUSTOM_EVENTS]
+        self._finish(run_id, stored)
 
     @_guarded
     def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         with self._lock:
             call = self._calls.get(run_id)
-            token = call.extra.get("store") if call else None
+            extra = call.extra if call else {}
+        token = extra.get("store")
         if token is not None:
             store_writes(token)  # stop noting: an error is recorded without them
-        self._finish(run_id, tool_error_record(error), is_error=True)
+        record = tool_error_record(error)
+        if CUSTOM_EVENTS in extra:  # what it reported before it failed
+            record[CUSTOM_EVENTS] = extra[CUSTOM_EVENTS]
+        self._finish(run_id, record, is_error=True)
+
+    @_guarded
+    def on_custom_event(self, name: Any, data: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        # `dispatch_custom_event` inside a tool: `run_id` is the tool's run, a run inside it,
+        # or, given the config the tool was called with, the run around it; this callback runs
+        # inline, where the core's current path is the tool's (or one inside it)
+        where = current_path()
+        with self._lock:
+            call = self._calls.get(run_id)
+            if call is None or call.kind != "tool":
+                call = next((c for c in self._calls.values() if c.kind == "tool" and (
+                    where == c.path or is_inside(where, c.path))), None)
+            if call is not None:
+                call.extra.setdefault(CUSTOM_EVENTS, []).append(event_entry(str(name), data))
 
     # -- retrievers ------------------------------------------------------------------------
 

@@ -23,6 +23,12 @@ from agentreplay_core import Player
 from agentreplay_core._recorded_errors import error_to_record
 from agentreplay_langchain._compat import keep_signatures, tool_start_inputs
 from agentreplay_langchain._convert import tool_output, tool_result
+from agentreplay_langchain._custom_events import (
+    EventCollector,
+    adispatch_again,
+    dispatch_again,
+    error_events,
+)
 from agentreplay_langchain._instrument import untracked
 from agentreplay_langchain._interrupts import pause_again, resume_answers
 from agentreplay_langchain._requests import tool_request
@@ -150,8 +156,10 @@ class ReplayTool(BaseTool):
             output = self.player.next("tool", self.name, invocation.request, path=path,
                                       live=live)
         except Exception as replayed:
+            dispatch_again(run_manager, error_events(replayed))
             pause_again(replayed)  # a LangGraph interrupt pauses the graph as it did
             raise
+        dispatch_again(run_manager, output)  # (a live run's too: it had no callbacks)
         return self._result(invocation, output)
 
     async def _aserve(self, run_manager: AsyncCallbackManagerForToolRun | None,
@@ -163,8 +171,10 @@ class ReplayTool(BaseTool):
             output = await self.player.anext("tool", self.name, invocation.request, path=path,
                                              live=live)
         except Exception as replayed:
+            await adispatch_again(run_manager, error_events(replayed))
             pause_again(replayed)
             raise
+        await adispatch_again(run_manager, output)
         return self._result(invocation, output)
 
     def _result(self, invocation: _Invocation, output: Any) -> Any:
@@ -190,10 +200,13 @@ class ReplayTool(BaseTool):
         assert tool is not None
 
         def call() -> dict[str, Any]:
-            with _running_live(invocation) as writes:
-                # no callbacks: this replay tool's own run reports the result to the caller's
-                result = tool.run(invocation.tool_input, tool_call_id=invocation.tool_call_id)
-            return tool_output(result, invocation.tool_call_id, writes[0])
+            events = EventCollector()
+            with _running_live(invocation) as writes, events.kept_if_raised():
+                # no callbacks but a collector of its custom events: this replay tool's own
+                # run reports the result (and dispatches the events) to the caller's
+                result = tool.run(invocation.tool_input, tool_call_id=invocation.tool_call_id,
+                                  callbacks=[events])
+            return events.into(tool_output(result, invocation.tool_call_id, writes[0]))
         return call
 
     def _alive_call(self, invocation: _Invocation) -> Callable[[], Awaitable[dict[str, Any]]]:
@@ -202,10 +215,12 @@ class ReplayTool(BaseTool):
         assert tool is not None
 
         async def call() -> dict[str, Any]:
-            with _running_live(invocation) as writes:
+            events = EventCollector()
+            with _running_live(invocation) as writes, events.kept_if_raised():
                 result = await tool.arun(invocation.tool_input,
-                                         tool_call_id=invocation.tool_call_id)
-            return tool_output(result, invocation.tool_call_id, writes[0])
+                                         tool_call_id=invocation.tool_call_id,
+                                         callbacks=[events])
+            return events.into(tool_output(result, invocation.tool_call_id, writes[0]))
         return call
 
     def _run(self, *args: Any, run_manager: CallbackManagerForToolRun | None = None,

@@ -19,7 +19,7 @@ from agentreplay_core import (
     Store,
     path_scope,
 )
-from agentreplay_core._recorded_errors import recorded_error
+from agentreplay_core._recorded_errors import keep_beside, recorded_error
 
 
 def weather(city: str) -> dict[str, object]:
@@ -166,6 +166,27 @@ def test_a_replayed_error_keeps_what_an_adapter_recorded_beside_it(any_store: St
     assert recorded_error(replayed.value) == gone
     assert recorded_error(rebuilt.value) == value
     assert recorded_error(ValueError("never recorded")) is None
+
+
+def test_what_an_adapter_keeps_beside_a_live_error_is_recorded_with_it(
+        any_store: Store) -> None:
+    """A call made by `Recorder.call` (a fork's live call) records its error itself: an
+    adapter that knows more (what the call reported before it raised) keeps it beside the
+    exception, and the record holds it, never in place of the error's own fields."""
+    def failing() -> None:
+        error = KeyError("gone")
+        keep_beside(error, {"events": [{"name": "progress"}]})
+        keep_beside(error, {"type": "not the error's", "more": 1})
+        raise error
+
+    with any_store.record() as rec, pytest.raises(KeyError):
+        rec.call("tool", "failing", {}, failing)
+    [step] = any_store.load_steps(rec.run_id)
+    assert step.is_error and step.output["type"] == "KeyError"
+    assert step.output["events"] == [{"name": "progress"}] and step.output["more"] == 1
+    with any_store.replay(rec.run_id) as player, pytest.raises(KeyError) as again:
+        player.next("tool", "failing", {})
+    assert recorded_error(again.value) == step.output
 
 
 def test_user_exception_propagates_unchanged_and_run_is_failed(any_store: Store) -> None:

@@ -323,3 +323,22 @@ def test_a_response_format_replays_with_the_strategy_of_the_recorded_model(
         again = run(ReplayMiddleware(player))
     assert again["structured_response"] == live["structured_response"]
     assert transcript(again["messages"]) == transcript(live["messages"])
+
+
+def test_a_response_format_as_a_tool_replays(store: Store) -> None:
+    """The other strategy: a model without native structured output answers with a call of
+    the schema's tool, which `create_agent` parses (no tool runs for it)."""
+    plan: Plan = [*PLAN, [("Forecast", {"city": "Oslo", "summary": "clear"})]]
+
+    def run(*replay: Any) -> Any:
+        agent = agents.create_agent(ScriptedChatModel(plan=plan), make_tools(Counter()),
+                                    response_format=Forecast, middleware=list(replay))
+        return agent.invoke(question())
+
+    with store.record(name="structured-tool", entropy=True) as rec, instrument(rec):
+        live = run()
+    assert live["structured_response"] == Forecast(city="Oslo", summary="clear")
+    with store.replay(rec.run_id) as player, instrument(player):
+        again = run(ReplayMiddleware(player))
+    assert again["structured_response"] == live["structured_response"]
+    assert transcript(again["messages"]) == transcript(live["messages"])
