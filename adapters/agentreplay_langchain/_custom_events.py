@@ -9,8 +9,6 @@ returns or raises, from its own run (as a tool that dispatches them itself does)
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from typing import Any
 
 from langchain_core.callbacks import (
@@ -20,7 +18,7 @@ from langchain_core.callbacks import (
 )
 
 from agentreplay_core._key_order import in_key_order, keep_key_order
-from agentreplay_core._recorded_errors import BESIDE, keep_beside, recorded_error
+from agentreplay_core._recorded_errors import BESIDE, recorded_error
 from agentreplay_langchain._convert import dump, revive
 
 #: beside a tool step's result (or in its error record): [{name, data[, data_order]}, ...]
@@ -48,23 +46,6 @@ class EventCollector(BaseCallbackHandler):
 
     def on_custom_event(self, name: Any, data: Any, *, run_id: Any, **kwargs: Any) -> None:
         self.events.append(event_entry(str(name), data))
-
-    def into(self, output: dict[str, Any]) -> dict[str, Any]:
-        """`output` (a tool step's) with the events collected, if any."""
-        if self.events:
-            output[CUSTOM_EVENTS] = self.events
-        return output
-
-    @contextlib.contextmanager
-    def kept_if_raised(self) -> Iterator[None]:
-        """An error the tool raises keeps the events collected beside it, for the fork's
-        record of it and for the stand-in to dispatch."""
-        try:
-            yield
-        except BaseException as error:
-            if self.events:
-                keep_beside(error, {CUSTOM_EVENTS: self.events})
-            raise
 
 
 def error_events(error: BaseException) -> Any:

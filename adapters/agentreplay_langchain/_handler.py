@@ -38,6 +38,10 @@ from agentreplay_langchain._requests import (
 )
 from agentreplay_langchain._store_writes import noted as store_writes
 from agentreplay_langchain._store_writes import watch as watch_store
+from agentreplay_langchain._stream_writes import install as install_stream_noting
+from agentreplay_langchain._stream_writes import noted as stream_noted
+from agentreplay_langchain._stream_writes import store_writes_into
+from agentreplay_langchain._stream_writes import watch as watch_stream
 from agentreplay_langchain._tree import RunTreeTracker
 
 log = logging.getLogger("agentreplay")
@@ -104,6 +108,16 @@ def _guarded(method: F) -> F:
     return cast(F, wrapper)
 
 
+def _with_effects(stored: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """A tool's stored output or error record, with the custom events it dispatched and what
+    it wrote to LangGraph's stream, if anything (the noting of the writes stops here)."""
+    if CUSTOM_EVENTS in extra:
+        stored[CUSTOM_EVENTS] = extra[CUSTOM_EVENTS]
+    token = extra.get("stream")
+    writes = stream_noted(token) if token is not None else None
+    return store_writes_into(stored, writes) if writes else stored
+
+
 class RecordingCallbackHandler(RunTreeTracker):
     """Records model, tool and retriever calls of any chain, agent or LangGraph graph.
 
@@ -117,6 +131,7 @@ class RecordingCallbackHandler(RunTreeTracker):
     def __init__(self, recorder: Recorder, *, root_path: str = "") -> None:
         super().__init__(root_path=root_path)
         self.recorder = recorder
+        install_stream_noting()
         self._lock = threading.Lock()
         self._calls: dict[UUID, _Call] = {}
 
@@ -303,7 +318,8 @@ class RecordingCallbackHandler(RunTreeTracker):
         request = tool_request(inputs if inputs is not None else input_str, resume_answers())
         # (this callback runs inline, in the context the tool then runs in a copy of)
         self._begin(run_id, _Call("tool", name, request, path, extra={
-            "tool_call_id": kwargs.get("tool_call_id"), "store": watch_store(inputs)}))
+            "tool_call_id": kwargs.get("tool_call_id"), "store": watch_store(inputs),
+            "stream": watch_stream()}))
 
     @_guarded
     def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
@@ -313,10 +329,7 @@ class RecordingCallbackHandler(RunTreeTracker):
         call_id = extra.get("tool_call_id") or getattr(output, "tool_call_id", None)
         token = extra.get("store")
         writes = store_writes(token) if token is not None else None
-        stored = tool_output(output, call_id, writes)
-        if CUSTOM_EVENTS in extra:
-            stored[CUSTOM_EVENTS] = extra[CUSTOM_EVENTS]
-        self._finish(run_id, stored)
+        self._finish(run_id, _with_effects(tool_output(output, call_id, writes), extra))
 
     @_guarded
     def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
@@ -326,10 +339,8 @@ class RecordingCallbackHandler(RunTreeTracker):
         token = extra.get("store")
         if token is not None:
             store_writes(token)  # stop noting: an error is recorded without them
-        record = tool_error_record(error)
-        if CUSTOM_EVENTS in extra:  # what it reported before it failed
-            record[CUSTOM_EVENTS] = extra[CUSTOM_EVENTS]
-        self._finish(run_id, record, is_error=True)
+        # with what it reported before it failed
+        self._finish(run_id, _with_effects(tool_error_record(error), extra), is_error=True)
 
     @_guarded
     def on_custom_event(self, name: Any, data: Any, *, run_id: UUID, **kwargs: Any) -> None:

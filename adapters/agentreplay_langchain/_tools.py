@@ -20,21 +20,19 @@ from langchain_core.tools import BaseTool, Tool
 from pydantic import ConfigDict, Field
 
 from agentreplay_core import Player
-from agentreplay_core._recorded_errors import error_to_record
+from agentreplay_core._recorded_errors import error_to_record, recorded_error
 from agentreplay_langchain._compat import keep_signatures, tool_start_inputs
 from agentreplay_langchain._convert import tool_output, tool_result
-from agentreplay_langchain._custom_events import (
-    EventCollector,
-    adispatch_again,
-    dispatch_again,
-    error_events,
-)
+from agentreplay_langchain._custom_events import adispatch_again, dispatch_again, error_events
 from agentreplay_langchain._instrument import untracked
 from agentreplay_langchain._interrupts import pause_again, resume_answers
+from agentreplay_langchain._live_effects import LiveEffects
 from agentreplay_langchain._requests import tool_request
 from agentreplay_langchain._store_writes import STORE_WRITES, awrite_again, write_again
 from agentreplay_langchain._store_writes import noted as store_writes
 from agentreplay_langchain._store_writes import watch as watch_store
+from agentreplay_langchain._stream_writes import install as install_stream_noting
+from agentreplay_langchain._stream_writes import write_again as stream_again
 from agentreplay_langchain._tree import call_id_of, tracked_path
 
 
@@ -123,6 +121,7 @@ class ReplayTool(BaseTool):
     def from_tool(cls, tool: BaseTool, player: Player) -> ReplayTool:
         if isinstance(tool, ReplayTool):
             return tool
+        install_stream_noting()  # what the original writes in a fork is noted
         fields: dict[str, Any] = {f: getattr(tool, f) for f in _COPIED}
         fields.update(name=tool.name, description=tool.description, player=player, live=tool)
         if isinstance(tool, Tool) and not tool.args_schema:
@@ -157,9 +156,12 @@ class ReplayTool(BaseTool):
                                       live=live)
         except Exception as replayed:
             dispatch_again(run_manager, error_events(replayed))
+            stream_again(recorded_error(replayed))
             pause_again(replayed)  # a LangGraph interrupt pauses the graph as it did
             raise
         dispatch_again(run_manager, output)  # (a live run's too: it had no callbacks)
+        if not invocation.live:  # (a live run wrote to the stream itself)
+            stream_again(output)
         return self._result(invocation, output)
 
     async def _aserve(self, run_manager: AsyncCallbackManagerForToolRun | None,
@@ -172,9 +174,12 @@ class ReplayTool(BaseTool):
                                              live=live)
         except Exception as replayed:
             await adispatch_again(run_manager, error_events(replayed))
+            stream_again(recorded_error(replayed))
             pause_again(replayed)
             raise
         await adispatch_again(run_manager, output)
+        if not invocation.live:
+            stream_again(output)
         return self._result(invocation, output)
 
     def _result(self, invocation: _Invocation, output: Any) -> Any:
@@ -200,13 +205,13 @@ class ReplayTool(BaseTool):
         assert tool is not None
 
         def call() -> dict[str, Any]:
-            events = EventCollector()
-            with _running_live(invocation) as writes, events.kept_if_raised():
+            effects = LiveEffects()
+            with _running_live(invocation) as writes, effects.collecting():
                 # no callbacks but a collector of its custom events: this replay tool's own
                 # run reports the result (and dispatches the events) to the caller's
                 result = tool.run(invocation.tool_input, tool_call_id=invocation.tool_call_id,
-                                  callbacks=[events])
-            return events.into(tool_output(result, invocation.tool_call_id, writes[0]))
+                                  callbacks=[effects.events])
+            return effects.into(tool_output(result, invocation.tool_call_id, writes[0]))
         return call
 
     def _alive_call(self, invocation: _Invocation) -> Callable[[], Awaitable[dict[str, Any]]]:
@@ -215,12 +220,12 @@ class ReplayTool(BaseTool):
         assert tool is not None
 
         async def call() -> dict[str, Any]:
-            events = EventCollector()
-            with _running_live(invocation) as writes, events.kept_if_raised():
+            effects = LiveEffects()
+            with _running_live(invocation) as writes, effects.collecting():
                 result = await tool.arun(invocation.tool_input,
                                          tool_call_id=invocation.tool_call_id,
-                                         callbacks=[events])
-            return events.into(tool_output(result, invocation.tool_call_id, writes[0]))
+                                         callbacks=[effects.events])
+            return effects.into(tool_output(result, invocation.tool_call_id, writes[0]))
         return call
 
     def _run(self, *args: Any, run_manager: CallbackManagerForToolRun | None = None,

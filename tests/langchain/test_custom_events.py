@@ -5,9 +5,11 @@ handlers see them as they did live."""
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Sequence
 from typing import Any
 
+import pytest
 from langchain_core.callbacks import adispatch_custom_event, dispatch_custom_event
 from langchain_core.messages import HumanMessage
 from langchain_core.runnables import RunnableConfig, RunnableLambda
@@ -87,6 +89,9 @@ def test_a_tools_custom_events_are_dispatched_again_in_replay(store: Store) -> N
     assert transcript(again) == transcript(live)
 
 
+@pytest.mark.skipif(sys.version_info < (3, 11), reason=(
+    "Python 3.10's asyncio gives a task no context of its own: a tool run live inside the "
+    "stand-in's async run sees no run to dispatch from unless it passes its config"))
 def test_a_live_tool_in_a_fork_reports_its_events_and_records_them(store: Store) -> None:
     """From a divergence on, the original tools run live (with no callbacks of the graph's):
     what they dispatch reaches the caller all the same, and is recorded into the fork."""

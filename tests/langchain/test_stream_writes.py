@@ -1,0 +1,119 @@
+"""What a tool writes to LangGraph's custom stream (`get_stream_writer()`,
+`runtime.stream_writer`) comes back in replay: the stand-in writes what the tool wrote, before
+its result or its error, so a graph streamed with `stream_mode="custom"` yields it again."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from langchain_core.messages import HumanMessage
+from langchain_core.tools import BaseTool, tool
+from langgraph.prebuilt import ToolNode
+
+from agentreplay_core import Store
+from agentreplay_langchain import ReplayChatModel, instrument, replay_tools
+from tests.langchain.fakes import Counter, Plan, ScriptedChatModel, nonce, transcript
+from tests.langchain.test_langgraph import build_graph
+
+tool_node = pytest.importorskip("langgraph.prebuilt.tool_node")
+if not hasattr(tool_node, "ToolRuntime"):
+    pytest.skip("ToolRuntime is langgraph 1.x's", allow_module_level=True)
+from langgraph.config import get_stream_writer  # noqa: E402
+from langgraph.prebuilt.tool_node import ToolRuntime  # noqa: E402
+
+PLAN: Plan = [[("survey", {"city": "Oslo"}), ("census", {"city": "Rome"}),
+               ("failing", {"city": "Atlantis"})]]
+
+
+def writing_tools(counter: Counter) -> list[BaseTool]:
+    @tool
+    def survey(city: str) -> str:
+        """Survey a city, streaming progress."""
+        counter.hit("survey")
+        write = get_stream_writer()
+        write({"city": city, "done": 0.5, "id": nonce()})
+        write(f"{city} surveyed")
+        return f"{city}: {nonce()}"
+
+    @tool
+    def census(city: str, runtime: ToolRuntime) -> str:
+        """Count a city, streaming through the tool's runtime."""
+        counter.hit("census")
+        runtime.stream_writer({"zone": city, "id": nonce()})
+        return f"{city}: {nonce()}"
+
+    @tool
+    def failing(city: str) -> str:
+        """Survey a city that is not there."""
+        counter.hit("failing")
+        get_stream_writer()({"city": city, "warning": nonce()})
+        raise LookupError(f"no such city: {city}")
+
+    return [survey, census, failing]
+
+
+def run(model: Any, tools: Sequence[BaseTool], question: str = "survey", *,
+        use_async: bool = False) -> tuple[list[Any], list[Any]]:
+    """The agent's messages and its custom stream (sorted: the tools run in parallel)."""
+    app = build_graph(model, ToolNode(list(tools), handle_tool_errors=True), tools)
+    state = {"messages": [HumanMessage(question)]}
+    modes = ["custom", "values"]
+
+    async def astream() -> list[Any]:
+        return [part async for part in app.astream(state, stream_mode=modes)]
+
+    parts = asyncio.run(astream()) if use_async else list(app.stream(state, stream_mode=modes))
+    custom = [chunk for mode, chunk in parts if mode == "custom"]
+    final = [chunk for mode, chunk in parts if mode == "values"][-1]
+    return final["messages"], sorted(custom, key=repr)
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+def test_a_tools_stream_writes_are_written_again_in_replay(store: Store,
+                                                           use_async: bool) -> None:
+    with store.record(name="stream-writes", entropy=True) as rec, instrument(rec):
+        live, written = run(ScriptedChatModel(plan=PLAN), writing_tools(Counter()),
+                            use_async=use_async)
+    assert rec.stats.internal_errors == 0
+    assert len(written) == 4 and "no such city" in str(live)
+    counter = Counter()
+    with store.replay(rec.run_id) as player, instrument(player):
+        again, rewritten = run(ReplayChatModel(player=player),
+                               replay_tools(player, writing_tools(counter)),
+                               use_async=use_async)
+    assert counter.total == 0
+    assert rewritten == written  # the failing tool's write too
+    assert transcript(again) == transcript(live)
+
+
+def test_writes_are_recorded_when_the_graph_is_not_streamed(store: Store) -> None:
+    """Recorded from an `invoke` (no custom stream: LangGraph drops the writes), a replay
+    streamed with `stream_mode="custom"` yields what the tools wrote."""
+    with store.record(name="stream-writes", entropy=True) as rec, instrument(rec):
+        app = build_graph(ScriptedChatModel(plan=PLAN),
+                          ToolNode(writing_tools(Counter()), handle_tool_errors=True),
+                          writing_tools(Counter()))
+        app.invoke({"messages": [HumanMessage("survey")]})
+    with store.replay(rec.run_id) as player, instrument(player):
+        _, rewritten = run(ReplayChatModel(player=player),
+                           replay_tools(player, writing_tools(Counter())))
+    assert len(rewritten) == 4 and "Oslo surveyed" in rewritten
+
+
+def test_a_live_tool_in_a_fork_writes_and_is_recorded(store: Store) -> None:
+    with store.record(name="stream-writes", entropy=True) as rec, instrument(rec):
+        run(ScriptedChatModel(plan=PLAN), writing_tools(Counter()))
+    counter = Counter()
+    with store.replay(rec.run_id, on_divergence="live") as player, instrument(player):
+        forked, written = run(ReplayChatModel(player=player, live=ScriptedChatModel(plan=PLAN)),
+                              replay_tools(player, writing_tools(counter)), "survey again")
+        fork = player.fork
+    assert fork is not None and counter.total == 3 and len(written) == 4  # written once
+    with store.replay(fork.run_id) as player, instrument(player):
+        again, rewritten = run(ReplayChatModel(player=player),
+                               replay_tools(player, writing_tools(Counter())), "survey again")
+    assert rewritten == written
+    assert transcript(again) == transcript(forked)
