@@ -5,11 +5,9 @@ handlers see them as they did live."""
 from __future__ import annotations
 
 import asyncio
-import sys
 from collections.abc import Sequence
 from typing import Any
 
-import pytest
 from langchain_core.callbacks import adispatch_custom_event, dispatch_custom_event
 from langchain_core.messages import HumanMessage
 from langchain_core.runnables import RunnableConfig, RunnableLambda
@@ -87,25 +85,3 @@ def test_a_tools_custom_events_are_dispatched_again_in_replay(store: Store) -> N
     # the same events with their data (keys in the dispatched order), the failing tool's too
     assert events == live_events
     assert transcript(again) == transcript(live)
-
-
-@pytest.mark.skipif(sys.version_info < (3, 11), reason=(
-    "Python 3.10's asyncio gives a task no context of its own: a tool run live inside the "
-    "stand-in's async run sees no run to dispatch from unless it passes its config"))
-def test_a_live_tool_in_a_fork_reports_its_events_and_records_them(store: Store) -> None:
-    """From a divergence on, the original tools run live (with no callbacks of the graph's):
-    what they dispatch reaches the caller all the same, and is recorded into the fork."""
-    with store.record(name="custom-events", entropy=True) as rec, instrument(rec):
-        run(ScriptedChatModel(plan=PLAN), surveying_tools(Counter()))
-    counter = Counter()
-    with store.replay(rec.run_id, on_divergence="live") as player, instrument(player):
-        forked, events = run(ReplayChatModel(player=player, live=ScriptedChatModel(plan=PLAN)),
-                             replay_tools(player, surveying_tools(counter)), "survey again")
-        fork = player.fork
-    assert fork is not None and counter.total == 3 and len(events) == 4
-    with store.replay(fork.run_id) as player, instrument(player):
-        again, events_again = run(ReplayChatModel(player=player),
-                                  replay_tools(player, surveying_tools(Counter())),
-                                  "survey again")
-    assert events_again == events
-    assert transcript(again) == transcript(forked)

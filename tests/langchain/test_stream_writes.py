@@ -5,6 +5,7 @@ its result or its error, so a graph streamed with `stream_mode="custom"` yields 
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,6 +17,9 @@ from langgraph.prebuilt import ToolNode
 from agentreplay_core import Store
 from agentreplay_langchain import ReplayChatModel, instrument, replay_tools
 from tests.langchain.fakes import Counter, Plan, ScriptedChatModel, nonce, transcript
+from tests.langchain.test_custom_events import PLAN as EVENTS_PLAN
+from tests.langchain.test_custom_events import run as run_reporting
+from tests.langchain.test_custom_events import surveying_tools
 from tests.langchain.test_langgraph import build_graph
 
 tool_node = pytest.importorskip("langgraph.prebuilt.tool_node")
@@ -103,17 +107,28 @@ def test_writes_are_recorded_when_the_graph_is_not_streamed(store: Store) -> Non
     assert len(rewritten) == 4 and "Oslo surveyed" in rewritten
 
 
-def test_a_live_tool_in_a_fork_writes_and_is_recorded(store: Store) -> None:
-    with store.record(name="stream-writes", entropy=True) as rec, instrument(rec):
-        run(ScriptedChatModel(plan=PLAN), writing_tools(Counter()))
+@pytest.mark.parametrize("reports", [
+    pytest.param("custom events", marks=pytest.mark.skipif(sys.version_info < (3, 11), reason=(
+        "Python 3.10's asyncio gives a task no context of its own: a tool run live inside "
+        "the stand-in's async run sees no run to dispatch from unless it passes its config"))),
+    "stream writes"])
+def test_a_live_tool_in_a_fork_reports_and_is_recorded(store: Store, reports: str) -> None:
+    """From a divergence on, the original tools run live (with no callbacks of the graph's):
+    what they report reaches the caller once, and is recorded into the fork, which replays
+    it."""
+    plan, tools, reported = (EVENTS_PLAN, surveying_tools, run_reporting) \
+        if reports == "custom events" else (PLAN, writing_tools, run)
+    with store.record(name=reports, entropy=True) as rec, instrument(rec):
+        reported(ScriptedChatModel(plan=plan), tools(Counter()))
     counter = Counter()
     with store.replay(rec.run_id, on_divergence="live") as player, instrument(player):
-        forked, written = run(ReplayChatModel(player=player, live=ScriptedChatModel(plan=PLAN)),
-                              replay_tools(player, writing_tools(counter)), "survey again")
+        forked, live = reported(ReplayChatModel(player=player,
+                                                live=ScriptedChatModel(plan=plan)),
+                                replay_tools(player, tools(counter)), "survey again")
         fork = player.fork
-    assert fork is not None and counter.total == 3 and len(written) == 4  # written once
+    assert fork is not None and counter.total == 3 and len(live) == 4
     with store.replay(fork.run_id) as player, instrument(player):
-        again, rewritten = run(ReplayChatModel(player=player),
-                               replay_tools(player, writing_tools(Counter())), "survey again")
-    assert rewritten == written
+        again, replayed = reported(ReplayChatModel(player=player),
+                                   replay_tools(player, tools(Counter())), "survey again")
+    assert replayed == live
     assert transcript(again) == transcript(forked)
