@@ -10,8 +10,9 @@ dataclass with slots that every task and tool reads it from. The recording makes
 `Runtime.stream_writer` hand out, for each writer, one wrapper (kept on the writer, so that
 runtimes still compare and merge as they did) that notes what it is given while a recorded
 tool call runs in its context (`agentreplay_core._noting.Notes`) and always calls the writer.
-LangGraph's no-op default writer is handed out as it is: LangGraph tells a runtime without a
-writer by it. A LangGraph whose `Runtime` is laid out otherwise is left alone (nothing noted).
+LangGraph's default writer (a no-op) is handed out as it is: LangGraph tells a runtime
+without a writer by it. A LangGraph whose `Runtime` is laid out otherwise is left alone
+(nothing noted).
 """
 
 from __future__ import annotations
@@ -36,14 +37,14 @@ _WRAPPER = "__agentreplay_noting__"
 _noted: Notes[Any] = Notes("agentreplay_stream_writes")
 _installing = threading.Lock()
 _installed: bool | None = None  # None: not tried yet; False: no LangGraph, or another layout
+_default_writer: Any = None
 
 Noting = Token[list[Any] | None]
 
 
 def _noting(writer: Any) -> Any:
     """The noting wrapper of `writer` (the same one each time), or `writer` itself."""
-    if getattr(writer, _WRAPPER, None) is True or getattr(
-            writer, "__name__", None) == "_no_op_stream_writer":
+    if writer is _default_writer or getattr(writer, _WRAPPER, None) is True:
         return writer
     wrapper = getattr(writer, _WRAPPER, None)
     if wrapper is None:
@@ -65,7 +66,7 @@ def install() -> bool:
     """Make `Runtime.stream_writer` hand out noting writers (once; True if it does). Done when
     a recording handler or a stand-in is made: a `ToolRuntime` takes the writer when LangGraph
     builds it, before the tool call starts."""
-    global _installed
+    global _installed, _default_writer
     if _installed is not None:
         return _installed
     with _installing:
@@ -76,7 +77,11 @@ def install() -> bool:
             except ImportError:
                 return False
             slot = Runtime.__dict__.get("stream_writer")
-            if isinstance(slot, types.MemberDescriptorType):
+            field = getattr(Runtime, "__dataclass_fields__", {}).get("stream_writer")
+            if isinstance(slot, types.MemberDescriptorType) and field is not None:
+                # LangGraph tells a runtime without a writer by its default (`merge`)
+                _default_writer = field.default
+
                 def get(runtime: Any) -> Any:
                     return _noting(slot.__get__(runtime, Runtime))
 

@@ -11,6 +11,7 @@ reuse it; it stops when the last process using it exits. Usage::
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 import warnings
@@ -71,8 +72,28 @@ def embedded_dsn(data_dir: Path | None = None) -> str:
             # pgserver gives the server a fixed 10 s to start, too little on a busy machine;
             # it keeps the half-started handle, so drop it before asking again.
             _forget_server(path)
+            _set_aside_if_half_made(path)
             time.sleep(1.0)
     raise AssertionError("unreachable")
+
+
+def _set_aside_if_half_made(path: Path) -> None:
+    """Move a data directory initdb never finished out of the way, so the next start makes a
+    new one. Interrupted (Ctrl-C, a killed process), initdb can leave `PG_VERSION` without
+    `global/pg_control`: no server can ever start there, and pgserver, seeing `PG_VERSION`,
+    never initialises it again. Nothing is deleted: it is renamed beside, and said so.
+    (pgserver starts servers under an inter-process lock: no other process is inside initdb
+    here once a start failed.)"""
+    if not (path / "PG_VERSION").exists() or (path / "global" / "pg_control").exists():
+        return
+    aside = path.with_name(f"{path.name}.incomplete-{time.strftime('%Y%m%d-%H%M%S')}")
+    try:
+        path.rename(aside)
+    except OSError:  # the start error says where the directory is and what to do
+        return
+    logging.getLogger("agentreplay").warning(
+        "agentreplay: the embedded PostgreSQL's data directory %s was never fully "
+        "initialised (no global/pg_control); moved it to %s and starting afresh", path, aside)
 
 
 def _forget_server(path: Path) -> None:

@@ -45,3 +45,31 @@ def test_missing_pgserver_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setitem(sys.modules, "pgserver.postgres_server", None)
     with pytest.raises(StoreError, match=r'pip install "agentreplay\[embedded\]"'):
         embedded_dsn(Path("/nonexistent/pgdata"))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("pgserver") is None,
+                    reason="pgserver has no wheel for this Python")
+def test_a_data_directory_initdb_never_finished_is_set_aside_and_made_anew(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """initdb cut short (a killed process, Ctrl-C) leaves PG_VERSION without
+    global/pg_control: pgserver never initialises such a directory again, so every start
+    failed until the user removed it by hand. The failed start moves it beside (nothing is
+    deleted) and the next one makes a new cluster."""
+    from pgserver.postgres_server import get_server
+
+    data_dir = tmp_path / "pgdata"
+    data_dir.mkdir()
+    (data_dir / "PG_VERSION").write_text("16\n")
+    (data_dir / "left-by-initdb").write_text("kept")
+    try:
+        dsn = embedded_dsn(data_dir)
+        with psycopg.connect(dsn) as conn:
+            assert conn.execute("SELECT 1 + 1").fetchone() == (2,)
+        assert (data_dir / "global" / "pg_control").exists()
+        [aside] = tmp_path.glob("pgdata.incomplete-*")
+        assert (aside / "left-by-initdb").read_text() == "kept"
+        assert "never fully initialised" in caplog.text
+    finally:
+        get_server(data_dir).cleanup()

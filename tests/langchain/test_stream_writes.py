@@ -132,3 +132,40 @@ def test_a_live_tool_in_a_fork_reports_and_is_recorded(store: Store, reports: st
                                    replay_tools(player, tools(Counter())), "survey again")
     assert replayed == live
     assert transcript(again) == transcript(forked)
+
+
+def test_noting_writers_leave_langgraphs_own_streaming_as_it_was(store: Store) -> None:
+    """Once a recording handler exists, every `Runtime` hands out noting writers: a graph
+    and its subgraph still stream into the custom stream as before, and what nodes write
+    outside tool calls is not recorded (they run again in replay)."""
+    from langgraph.graph import START, StateGraph
+    from typing_extensions import TypedDict
+
+    class State(TypedDict):
+        n: int
+
+    def inner_node(state: State) -> State:
+        get_stream_writer()({"inner": state["n"]})
+        return {"n": state["n"] + 1}
+
+    inner = StateGraph(State)
+    inner.add_node("inner_node", inner_node)
+    inner.add_edge(START, "inner_node")
+
+    def outer_node(state: State) -> State:
+        get_stream_writer()({"outer": state["n"]})
+        return state
+
+    outer = StateGraph(State)
+    outer.add_node("outer_node", outer_node)
+    outer.add_node("sub", inner.compile())
+    outer.add_edge(START, "outer_node")
+    outer.add_edge("outer_node", "sub")
+    app = outer.compile()
+
+    before = [chunk for _, chunk in app.stream({"n": 1}, stream_mode="custom", subgraphs=True)]
+    with store.record(name="graph") as rec, instrument(rec):
+        during = [chunk for _, chunk in app.stream({"n": 1}, stream_mode="custom",
+                                                   subgraphs=True)]
+    assert during == before == [{"outer": 1}, {"inner": 1}]
+    assert store.load_steps(rec.run_id) == []
