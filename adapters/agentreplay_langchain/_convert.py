@@ -15,6 +15,7 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
+import orjson
 from langchain_core.documents import Document
 from langchain_core.load import dumpd
 from langchain_core.load.serializable import Serializable
@@ -35,9 +36,10 @@ from langchain_core.messages import (
 )
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, Generation, GenerationChunk
 
-from agentreplay_core import decode
+from agentreplay_core import SerializationError, decode, encode
 from agentreplay_core._codec import TAG
 from agentreplay_core._key_order import INNER, in_key_order, keep_key_order, key_order
+from agentreplay_core._stable_repr import stable_repr
 from agentreplay_langchain._compat import make_loader
 from agentreplay_langchain._construct import (
     NO_VALUE,
@@ -179,6 +181,27 @@ def _fields_envelope(value: Any) -> dict[str, Any] | None:
 
 #: beside a Document's dumpd: the key order of its metadata, where it is not the sorted one
 METADATA_ORDER = "metadata_order"
+
+
+#: orjson refuses what it would otherwise turn into a string (dataclasses, datetimes, str/int/
+#: dict subclasses) instead of converting it
+_NATIVE_ONLY = (orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
+                | orjson.OPT_PASSTHROUGH_SUBCLASS)
+
+
+def storable(value: Any) -> Any:
+    """`value` if the core can store it, else its repr: side information (model parameters,
+    the events a tool reported) must never make the result it travels with unstorable."""
+    try:  # what orjson takes natively the core encodes too: usually no trial encode at all
+        orjson.dumps(value, option=_NATIVE_ONLY)
+        return value
+    except (TypeError, orjson.JSONEncodeError):
+        pass
+    try:
+        encode(value)
+    except SerializationError:
+        return stable_repr(value)
+    return value
 
 
 def dump(value: Any) -> Any:

@@ -19,7 +19,7 @@ from langchain_core.callbacks import (
 
 from agentreplay_core._key_order import in_key_order, keep_key_order
 from agentreplay_core._recorded_errors import BESIDE, recorded_error
-from agentreplay_langchain._convert import dump, revive
+from agentreplay_langchain._convert import dump, revive, storable
 
 #: beside a tool step's result (or in its error record): [{name, data[, data_order]}, ...]
 CUSTOM_EVENTS = "custom_events"
@@ -27,8 +27,9 @@ _ORDER = "data_order"
 
 
 def event_entry(name: str, data: Any) -> dict[str, Any]:
-    """A dispatched event as stored: its data as of the dispatch, with its key order."""
-    stored = dump(data)
+    """A dispatched event as stored: its data as of the dispatch (its repr if the store cannot
+    hold it: an event must never make the tool's result unstorable), with its key order."""
+    stored = storable(dump(data))
     entry: dict[str, Any] = {"name": name, "data": stored}
     keep_key_order(entry, _ORDER, stored)
     return entry

@@ -13,14 +13,11 @@ from datetime import datetime, timezone
 from typing import Any, TypeVar, cast
 from uuid import UUID
 
-import orjson
-
-from agentreplay_core import Recorder, SerializationError, encode
+from agentreplay_core import Recorder
 from agentreplay_core._key_order import keep_key_order
 from agentreplay_core._keys import current_path, is_inside
 from agentreplay_core._recorded_errors import error_to_record
-from agentreplay_core._stable_repr import stable_repr
-from agentreplay_langchain._convert import EVENTS, EVENTS_ORDER, dump, tool_output
+from agentreplay_langchain._convert import EVENTS, EVENTS_ORDER, dump, storable, tool_output
 from agentreplay_langchain._custom_events import CUSTOM_EVENTS, event_entry
 from agentreplay_langchain._decisions import (
     DECISION,
@@ -50,10 +47,6 @@ F = TypeVar("F", bound=Callable[..., None])
 #: step names of model calls; the replay models use the same ones whatever the original class
 CHAT_MODEL = "chat_model"
 TEXT_LLM = "llm"
-#: orjson refuses what it would otherwise turn into a string (dataclasses, datetimes, str/int/
-#: dict subclasses) instead of converting it
-_NATIVE_ONLY = (orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
-                | orjson.OPT_PASSTHROUGH_SUBCLASS)
 
 
 class _Call:
@@ -73,21 +66,6 @@ class _Call:
         self.t0 = time.perf_counter()
         self.chunks: list[Any] | None = None
         self.events: list[Any] | None = None
-
-
-def _plain(value: Any) -> Any:
-    """`value` if the core can store it, else its repr: side information (model parameters)
-    must never make the result it travels with unstorable."""
-    try:  # what orjson takes natively the core encodes too: usually no trial encode at all
-        orjson.dumps(value, option=_NATIVE_ONLY)
-        return value
-    except (TypeError, orjson.JSONEncodeError):
-        pass
-    try:
-        encode(value)
-    except SerializationError:
-        return stable_repr(value)
-    return value
 
 
 def _guarded(method: F) -> F:
@@ -193,15 +171,15 @@ class RecordingCallbackHandler(RunTreeTracker):
             "invocation_params": params,
             "options": kwargs.get("options") or {},
         }
-        kept: object = _plain(info)
+        kept: object = storable(info)
         if kept is not info:
             # one parameter the store cannot take (a client object) is kept as its repr, not
             # the whole description
-            info["invocation_params"] = {key: _plain(value) for key, value in params.items()}
+            info["invocation_params"] = {key: storable(value) for key, value in params.items()}
             options = info["options"]
-            info["options"] = {key: _plain(value) for key, value in options.items()} \
+            info["options"] = {key: storable(value) for key, value in options.items()} \
                 if isinstance(options, dict) else options
-            info = {key: _plain(value) for key, value in info.items()}
+            info = {key: storable(value) for key, value in info.items()}
         return info
 
     @_guarded
@@ -266,7 +244,7 @@ class RecordingCallbackHandler(RunTreeTracker):
         output = self._model_output(run_id)
         generations = response.generations[0] if response.generations else []
         output["generations"] = [dump(g) for g in generations]
-        output["llm_output"] = _plain(response.llm_output)
+        output["llm_output"] = storable(response.llm_output)
         self._finish(run_id, output)
 
     @_guarded
@@ -290,7 +268,7 @@ class RecordingCallbackHandler(RunTreeTracker):
         meta = kwargs.get("metadata") or {}
         model = {"ls_provider": meta.get("ls_provider"), "ls_model_name": meta.get("ls_model_name")}
         self._begin(run_id, _Call(DECISION, DECISION_MODEL, request_of(inputs), path,
-                                  extra={"model": _plain(model)}))
+                                  extra={"model": storable(model)}))
 
     @_guarded
     def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:

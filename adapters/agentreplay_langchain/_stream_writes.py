@@ -110,10 +110,9 @@ def store_writes_into(stored: dict[str, Any], writes: list[Any]) -> dict[str, An
     """`stored` (a tool's output or error record) with `writes` as a step stores them: copies,
     what the store cannot hold as its repr (a chunk must never make the tool's result
     unstorable), and the key order of their dicts (a UI shows them as they were written)."""
-    from agentreplay_langchain._convert import dump
-    from agentreplay_langchain._handler import _plain
+    from agentreplay_langchain._convert import dump, storable
 
-    kept = [_plain(dump(chunk)) for chunk in writes]
+    kept = [storable(dump(chunk)) for chunk in writes]
     stored[STREAM_WRITES] = kept
     keep_key_order(stored, _ORDER, kept)
     return stored

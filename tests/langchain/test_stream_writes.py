@@ -169,3 +169,28 @@ def test_noting_writers_leave_langgraphs_own_streaming_as_it_was(store: Store) -
                                                    subgraphs=True)]
     assert during == before == [{"outer": 1}, {"inner": 1}]
     assert store.load_steps(rec.run_id) == []
+
+
+def test_what_the_store_cannot_hold_never_costs_the_tools_result(store: Store) -> None:
+    """An event or a chunk holding a live object (a lock) is stored as its repr: the tool's
+    result is recorded and replayed all the same."""
+    import threading
+
+    from langchain_core.callbacks import dispatch_custom_event
+
+    @tool
+    def survey(city: str) -> str:
+        """Survey a city, reporting with a handle."""
+        handle = threading.Lock()
+        dispatch_custom_event("progress", {"city": city, "handle": handle})
+        get_stream_writer()({"city": city, "handle": handle})
+        return f"{city}: {nonce()}"
+
+    plan: Plan = [[("survey", {"city": "Oslo"})]]
+    with store.record(name="unstorable", entropy=True) as rec, instrument(rec):
+        live, _ = run(ScriptedChatModel(plan=plan), [survey])
+    assert rec.stats.unencodable == 0 and rec.stats.internal_errors == 0
+    with store.replay(rec.run_id) as player, instrument(player):
+        again, written = run(ReplayChatModel(player=player), replay_tools(player, [survey]))
+    assert transcript(again) == transcript(live)
+    assert [type(chunk) for chunk in written] == [str]  # the chunk's repr
