@@ -72,6 +72,18 @@ class ReplayChatModel(BaseChatModel):
     #: recorded model's `profile` where the agent's code inspects the model it is given
     model_name: str | None = None
 
+    @classmethod
+    def standing_in_for(cls, model: BaseChatModel, player: Player, *,
+                        live: bool = False) -> ReplayChatModel:
+        """The replay model for `model`: it shows code that inspects the model it is given
+        what `model` shows, its profile and name (`create_agent` picks how to ask for a
+        `response_format` by them, provider-native or as a tool), so that the replay asks as
+        the recording did; `live=True` makes `model` its live counterpart."""
+        name = next((value for attr in ("model_name", "model", "model_id")
+                     if isinstance(value := getattr(model, attr, None), str)), None)
+        return cls(player=player, live=model if live else None,
+                   profile=getattr(model, "profile", None), model_name=name)
+
     @property
     def _llm_type(self) -> str:
         return "agentreplay-replay"

@@ -52,16 +52,10 @@ class ReplayMiddleware(AgentMiddleware):
         return known[1]
 
     def _stand_in(self, model: BaseChatModel) -> ReplayChatModel:
-        """The replay model for calls made with `model`: it goes live as `model` (where the
-        replay may; a stand-in with a live model runs async calls in a thread), and it shows
-        the agent what the agent asks of `model`, its profile and name, from which
-        `create_agent` picks how to ask for a `response_format` (provider-native or a tool):
-        the replay then binds what the recording bound."""
-        name = next((value for attr in ("model_name", "model", "model_id")
-                     if isinstance(value := getattr(model, attr, None), str)), None)
-        return ReplayChatModel(player=self.player,
-                               live=model if self.player.can_go_live else None,
-                               profile=getattr(model, "profile", None), model_name=name)
+        """The replay model for calls made with `model`, which goes live as `model` where the
+        replay may (a stand-in with a live model runs async calls in a thread)."""
+        return ReplayChatModel.standing_in_for(model, self.player,
+                                               live=self.player.can_go_live)
 
     def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
         return handler(_with_model(request, self._model_for(request)))

@@ -48,7 +48,7 @@ def replayable_chat_model(live: BaseChatModel) -> BaseChatModel:
     player = _player("chat model")
     if player is None:
         return live
-    return ReplayChatModel(player=player, live=live if player.can_go_live else None)
+    return ReplayChatModel.standing_in_for(live, player, live=player.can_go_live)
 
 
 def replayable_llm(live: BaseLLM) -> BaseLLM:

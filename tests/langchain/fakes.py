@@ -365,6 +365,12 @@ class StructuredChatModel(ScriptedChatModel):
             yield from _chunks(message)
 
 
+class NamedStructuredModel(StructuredChatModel):
+    """A model without profile data that `create_agent` knows by its name."""
+
+    model_name: str = "gpt-4o-mini"
+
+
 class StreamingChatModel(ScriptedChatModel):
     """A scripted model that streams inside invoke when built with `streaming=True`, as
     providers do (langchain-core 1.x does it for them; on 0.3 their `_generate` does)."""

@@ -15,6 +15,7 @@ from agentreplay_core import Store
 from agentreplay_langchain import RecordingCallbackHandler, ReplayChatModel, instrument
 from tests.langchain.fakes import (
     Counter,
+    NamedStructuredModel,
     Plan,
     ScriptedChatModel,
     StructuredChatModel,
@@ -291,12 +292,6 @@ class Forecast(BaseModel):
 
     city: str
     summary: str
-
-
-class NamedStructuredModel(StructuredChatModel):
-    """A model without profile data that `create_agent` knows by its name."""
-
-    model_name: str = "gpt-4o-mini"
 
 
 @pytest.mark.parametrize("known_by", ["profile", "name"])

@@ -39,6 +39,7 @@ from agentreplay_langchain import (
 from tests.langchain.fakes import (
     Counter,
     HashEmbeddings,
+    NamedStructuredModel,
     ScriptedChatModel,
     ScriptedLLM,
     assert_offline,
@@ -127,6 +128,12 @@ def test_the_factories_pick_the_backend_from_the_session(store: Store) -> None:
     with Session("replay", store, run_id=run_id):
         replay_model = replayable_chat_model(model)
         assert isinstance(replay_model, ReplayChatModel) and replay_model.live is None
+        # what code that inspects the model reads (create_agent's structured-output choice)
+        named = replayable_chat_model(NamedStructuredModel(
+            profile={"structured_output": True, "max_input_tokens": 1000}))
+        assert isinstance(named, ReplayChatModel) and named.model_name == "gpt-4o-mini"
+        assert named.profile == {
+            "structured_output": True, "max_input_tokens": 1000}
         replay_llm = replayable_llm(llm)
         assert isinstance(replay_llm, ReplayLLM)
         replay_embeddings = replayable_embeddings(embeddings)
