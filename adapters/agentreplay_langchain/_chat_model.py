@@ -81,8 +81,10 @@ class ReplayChatModel(BaseChatModel):
         the recording did; `live=True` makes `model` its live counterpart."""
         name = next((value for attr in ("model_name", "model", "model_id")
                      if isinstance(value := getattr(model, attr, None), str)), None)
-        return cls(player=player, live=model if live else None,
-                   profile=getattr(model, "profile", None), model_name=name)
+        shown: dict[str, Any] = {"model_name": name}
+        if "profile" in BaseChatModel.model_fields:  # langchain-core 1.x
+            shown["profile"] = getattr(model, "profile", None)
+        return cls(player=player, live=model if live else None, **shown)
 
     @property
     def _llm_type(self) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langchain_core.vectorstores import InMemoryVectorStore
 
@@ -132,8 +133,9 @@ def test_the_factories_pick_the_backend_from_the_session(store: Store) -> None:
         named = replayable_chat_model(NamedStructuredModel(
             profile={"structured_output": True, "max_input_tokens": 1000}))
         assert isinstance(named, ReplayChatModel) and named.model_name == "gpt-4o-mini"
-        assert named.profile == {
+        assert getattr(named, "profile", None) == ({
             "structured_output": True, "max_input_tokens": 1000}
+            if "profile" in BaseChatModel.model_fields else None)  # langchain-core 1.x
         replay_llm = replayable_llm(llm)
         assert isinstance(replay_llm, ReplayLLM)
         replay_embeddings = replayable_embeddings(embeddings)
