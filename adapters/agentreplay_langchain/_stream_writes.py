@@ -25,6 +25,7 @@ from typing import Any
 
 from agentreplay_core._key_order import in_key_order, keep_key_order
 from agentreplay_core._noting import Notes
+from agentreplay_langchain._convert import dump, revive, storable
 
 log = logging.getLogger("agentreplay.langchain")
 
@@ -110,8 +111,6 @@ def store_writes_into(stored: dict[str, Any], writes: list[Any]) -> dict[str, An
     """`stored` (a tool's output or error record) with `writes` as a step stores them: copies,
     what the store cannot hold as its repr (a chunk must never make the tool's result
     unstorable), and the key order of their dicts (a UI shows them as they were written)."""
-    from agentreplay_langchain._convert import dump, storable
-
     kept = [storable(dump(chunk)) for chunk in writes]
     stored[STREAM_WRITES] = kept
     keep_key_order(stored, _ORDER, kept)
@@ -120,8 +119,6 @@ def store_writes_into(stored: dict[str, Any], writes: list[Any]) -> dict[str, An
 
 def recorded_writes(output: Any) -> list[Any]:
     """The writes a stored tool output holds, revived, in their recorded key order."""
-    from agentreplay_langchain._convert import revive
-
     writes = output.get(STREAM_WRITES) if isinstance(output, dict) else None
     if not isinstance(writes, list):
         return []
