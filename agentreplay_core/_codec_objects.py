@@ -2,8 +2,9 @@
 user-registered types.
 
 An object is stored as a class reference `module:qualname` plus its field values. Decoding
-imports the class only after the data asked for it and checks that it really is the kind of
-class the tag says before building an instance, so a run log cannot make the decoder call
+imports the class only after the data asked for it, only from a package the program has
+imported already, and checks that it really is the kind of class the tag says before
+building an instance, so a run log cannot make the decoder run a package's code or call
 arbitrary callables.
 """
 
@@ -86,6 +87,16 @@ def resolve_class(ref: str, kind: str, check: Callable[[type], bool]) -> type:
     if "<locals>" in qualname:
         raise CodecFailure(f"{kind} {ref} was defined inside a function and cannot be "
                            f"imported{hint}", ref)
+    package = module_name.partition(".")[0]
+    if package not in sys.modules:
+        # Importing runs a package's top-level code, so a run log (a tampered row, one from
+        # elsewhere) must not choose a package to run. A submodule of an imported package is
+        # fine: the program runs that package's code already, and models often live in
+        # submodules imported lazily.
+        raise CodecFailure(
+            f"{kind} {ref} is in package {package!r}, which this program has not imported; "
+            f"decoding never imports a package a value names: import {package} first{hint}",
+            ref)
     try:
         target: Any = importlib.import_module(module_name)
         for part in qualname.split("."):
