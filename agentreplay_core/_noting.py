@@ -44,12 +44,17 @@ class Notes(Generic[T]):
         return self._var.get()
 
     def stop(self, token: Token[list[T] | None]) -> list[T] | None:
-        """What was noted since `start` gave `token` (None: nothing); noting stops."""
+        """What was noted since `start` gave `token` (None: nothing); noting stops. A call
+        inside another recorded call (a retriever a tool calls) did its effects for the outer
+        one too, whose replay serves both: the outer one notes them as well, in their order."""
         noted = self._var.get()
         try:
             self._var.reset(token)
         except ValueError:  # stopped in another context than it started in
             self._var.set(None)
+        outer = self._var.get()
+        if noted and outer is not None and outer is not noted:
+            outer.extend(noted)
         return noted or None
 
 

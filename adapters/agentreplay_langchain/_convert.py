@@ -238,6 +238,17 @@ EVENTS, EVENTS_ORDER = "events", "events_order"
 RESULT_ORDER = "result_order"
 
 
+#: a retriever step's output that holds more than the documents (what the retriever reported
+#: while it ran: custom events, LangGraph stream writes) keeps them under this key
+DOCUMENTS = "documents"
+
+
+def retriever_output(documents: list[Any], effects: dict[str, Any]) -> Any:
+    """A retriever step's output: the dumped documents, alone (as always when the retriever
+    reported nothing) or with its effects."""
+    return {DOCUMENTS: documents, **effects} if effects else documents
+
+
 def tool_output(result: Any, tool_call_id: str | None,
                 store_writes: list[list[Any]] | None = None) -> dict[str, Any]:
     """What a tool's step stores: its result, the tool call it answered, and what it wrote

@@ -1,21 +1,19 @@
-"""Custom events a tool dispatches (`dispatch_custom_event`, LangChain's way to report progress
-from inside a run): recorded with the tool's step and dispatched again by its stand-in.
+"""Custom events a tool or retriever dispatches (`dispatch_custom_event`, LangChain's way to
+report progress from inside a run): recorded with its step and dispatched again by its
+stand-in.
 
-A replayed tool does not run, so without them `astream_events` and the handlers of a replay
-would miss what the live tool reported (`on_custom_event`). They are stored in the order they
-were dispatched, beside the result or the error, and dispatched again before the stand-in
-returns or raises, from its own run (as a tool that dispatches them itself does).
+A replayed tool or retriever does not run, so without them `astream_events` and the handlers
+of a replay would miss what the live one reported (`on_custom_event`). They are stored in the
+order they were dispatched, beside the result or the error, and dispatched again before the
+stand-in returns or raises, from its own run (as a tool that dispatches them itself does).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from langchain_core.callbacks import (
-    AsyncCallbackManagerForToolRun,
-    BaseCallbackHandler,
-    CallbackManagerForToolRun,
-)
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.callbacks.manager import AsyncParentRunManager, ParentRunManager
 
 from agentreplay_core._key_order import in_key_order, keep_key_order
 from agentreplay_core._recorded_errors import BESIDE, recorded_error
@@ -65,8 +63,8 @@ def recorded_events(output: Any) -> list[tuple[str, Any]]:
             for entry in events if isinstance(entry, dict) and isinstance(entry.get("name"), str)]
 
 
-def dispatch_again(run_manager: CallbackManagerForToolRun | None, output: Any) -> None:
-    """Dispatch the recorded events of `output` from the stand-in's run."""
+def dispatch_again(run_manager: ParentRunManager | None, output: Any) -> None:
+    """Dispatch the recorded events of `output` from the stand-in's (tool or retriever) run."""
     events = recorded_events(output) if run_manager is not None else []
     if events:
         assert run_manager is not None
@@ -75,7 +73,7 @@ def dispatch_again(run_manager: CallbackManagerForToolRun | None, output: Any) -
             manager.on_custom_event(name, data, run_id=run_manager.run_id)
 
 
-async def adispatch_again(run_manager: AsyncCallbackManagerForToolRun | None,
+async def adispatch_again(run_manager: AsyncParentRunManager | None,
                           output: Any) -> None:
     """`dispatch_again` for async runs."""
     events = recorded_events(output) if run_manager is not None else []

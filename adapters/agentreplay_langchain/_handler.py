@@ -17,7 +17,14 @@ from agentreplay_core import Recorder
 from agentreplay_core._key_order import keep_key_order
 from agentreplay_core._keys import current_path, is_inside
 from agentreplay_core._recorded_errors import error_to_record
-from agentreplay_langchain._convert import EVENTS, EVENTS_ORDER, dump, storable, tool_output
+from agentreplay_langchain._convert import (
+    EVENTS,
+    EVENTS_ORDER,
+    dump,
+    retriever_output,
+    storable,
+    tool_output,
+)
 from agentreplay_langchain._custom_events import CUSTOM_EVENTS, event_entry
 from agentreplay_langchain._decisions import (
     DECISION,
@@ -43,6 +50,9 @@ from agentreplay_langchain._tree import RunTreeTracker
 
 log = logging.getLogger("agentreplay")
 F = TypeVar("F", bound=Callable[..., None])
+
+#: the calls whose steps keep the custom events dispatched while they run
+_DISPATCHERS = ("tool", "retriever")
 
 #: step names of model calls; the replay models use the same ones whatever the original class
 CHAT_MODEL = "chat_model"
@@ -299,11 +309,15 @@ class RecordingCallbackHandler(RunTreeTracker):
             "tool_call_id": kwargs.get("tool_call_id"), "store": watch_store(inputs),
             "stream": watch_stream()}))
 
-    @_guarded
-    def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
+    def _extra(self, run_id: UUID) -> dict[str, Any]:
+        """What a tool or retriever call noted beside its request while it ran."""
         with self._lock:
             call = self._calls.get(run_id)
-            extra = call.extra if call else {}
+            return call.extra if call else {}
+
+    @_guarded
+    def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        extra = self._extra(run_id)
         call_id = extra.get("tool_call_id") or getattr(output, "tool_call_id", None)
         token = extra.get("store")
         writes = store_writes(token) if token is not None else None
@@ -311,9 +325,7 @@ class RecordingCallbackHandler(RunTreeTracker):
 
     @_guarded
     def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
-        with self._lock:
-            call = self._calls.get(run_id)
-            extra = call.extra if call else {}
+        extra = self._extra(run_id)
         token = extra.get("store")
         if token is not None:
             store_writes(token)  # stop noting: an error is recorded without them
@@ -322,16 +334,19 @@ class RecordingCallbackHandler(RunTreeTracker):
 
     @_guarded
     def on_custom_event(self, name: Any, data: Any, *, run_id: UUID, **kwargs: Any) -> None:
-        # `dispatch_custom_event` inside a tool: `run_id` is the tool's run, a run inside it,
-        # or, given the config the tool was called with, the run around it; this callback runs
-        # inline, where the core's current path is the tool's (or one inside it)
+        # `dispatch_custom_event` inside a tool or retriever: `run_id` is its run, a run
+        # inside it, or, given the config it was called with, the run around it; this callback
+        # runs inline, where the core's current path is the call's (or one inside it). The
+        # outermost such call keeps the event: its stand-in serves the calls inside it too.
         where = current_path()
         with self._lock:
-            call = self._calls.get(run_id)
-            if call is None or call.kind != "tool":
-                call = next((c for c in self._calls.values() if c.kind == "tool" and (
-                    where == c.path or is_inside(where, c.path))), None)
-            if call is not None:
+            holders = [c for c in self._calls.values() if c.kind in _DISPATCHERS and (
+                where == c.path or is_inside(where, c.path))]
+            direct = self._calls.get(run_id)
+            if direct is not None and direct.kind in _DISPATCHERS:
+                holders.append(direct)
+            if holders:
+                call = min(holders, key=lambda c: len(c.path))
                 call.extra.setdefault(CUSTOM_EVENTS, []).append(event_entry(str(name), data))
 
     # -- retrievers ------------------------------------------------------------------------
@@ -341,12 +356,15 @@ class RecordingCallbackHandler(RunTreeTracker):
                            parent_run_id: UUID | None = None, tags: list[str] | None = None,
                            **kwargs: Any) -> None:
         path = self._enter("retriever", serialized, run_id, parent_run_id, tags, kwargs)
-        self._begin(run_id, _Call("retriever", "retriever", retriever_request(query), path))
+        self._begin(run_id, _Call("retriever", "retriever", retriever_request(query), path,
+                                  extra={"stream": watch_stream()}))
 
     @_guarded
     def on_retriever_end(self, documents: Any, *, run_id: UUID, **kwargs: Any) -> None:
-        self._finish(run_id, [dump(d) for d in documents])
+        effects = _with_effects({}, self._extra(run_id))
+        self._finish(run_id, retriever_output([dump(d) for d in documents], effects))
 
     @_guarded
     def on_retriever_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
-        self._finish(run_id, error_to_record(error), is_error=True)
+        stored = _with_effects(error_to_record(error), self._extra(run_id))
+        self._finish(run_id, stored, is_error=True)

@@ -1,8 +1,8 @@
-"""What a tool run live in a fork does beside its result: the custom events it dispatches and
-what it writes to LangGraph's stream. Both reach the caller as the tool makes them (the events
-through the stand-in, which dispatches them from its own run; the writes directly), and both
-are recorded into the fork's step, beside its result or its error, as a recording stores
-them, so the fork replays them."""
+"""What a tool (or retriever) run live in a fork does beside its result: the custom events it
+dispatches and what it writes to LangGraph's stream. Both reach the caller as the tool makes
+them (the events through the stand-in, which dispatches them from its own run; the writes
+directly), and both are recorded into the fork's step, beside its result or its error, as a
+recording stores them, so the fork replays them."""
 
 from __future__ import annotations
 
