@@ -16,6 +16,7 @@ from llama_index.core.llms.function_calling import FunctionCallingLLM
 
 from agentreplay_core import Recorder
 from agentreplay_core._recorded_errors import error_to_record
+from agentreplay_llamaindex._chunk_texts import Texts, compacted, texts_of
 from agentreplay_llamaindex._compat import is_wrapper_llm
 from agentreplay_llamaindex._convert import (
     TOOL_CALLS_ERROR,
@@ -38,7 +39,7 @@ class LlmCall:
     """
 
     __slots__ = ("chunks", "instance", "kwargs", "metadata", "mode", "name", "path",
-                 "request", "skip", "started", "stream", "t0")
+                 "request", "skip", "started", "stream", "t0", "texts")
 
     def __init__(self, skip: bool, mode: str = "", name: str = "",
                  request: dict[str, Any] | None = None, kwargs: dict[str, Any] | None = None,
@@ -56,6 +57,8 @@ class LlmCall:
         self.instance = instance
         self.stream = stream
         self.chunks: list[dict[str, Any]] = []
+        #: the texts of the last chunk, whole (the next chunk is stored with what it adds)
+        self.texts: Texts = []
         self.started = _EPOCH if skip else datetime.now(timezone.utc)
         self.t0 = 0.0 if skip else time.perf_counter()
 
@@ -214,7 +217,9 @@ def chunk_item(call: LlmCall, response: Any) -> dict[str, Any]:
     """One streamed chunk as stored: the response and the tool calls read from it."""
     # a snapshot: the chunks are stored when the stream ends, and streaming integrations
     # may reuse and mutate the message object meanwhile
-    item: dict[str, Any] = {"response": response_json(response, snapshot=True)}
+    stored = response_json(response, snapshot=True)
+    item: dict[str, Any] = {"response": compacted(stored, call.texts)}
+    call.texts = texts_of(stored)
     if call.mode == "chat":
         item["tool_calls"] = _tool_calls(call.instance, response)
     return item

@@ -25,6 +25,7 @@ from pydantic import Field, PrivateAttr
 
 from agentreplay_core import Player, Recorder, ReplayDivergence
 from agentreplay_core._recorded_errors import error_from_record
+from agentreplay_llamaindex._chunk_texts import expanded, texts_of
 from agentreplay_llamaindex._convert import (
     llm_match_key,
     llm_request,
@@ -45,6 +46,19 @@ if TYPE_CHECKING:
 
 #: responses remembered for `get_tool_calls_from_response` (agents ask right after the call)
 _REMEMBERED = 256
+
+
+def _recorded_chunks(chunks: list[dict[str, Any]]
+                     ) -> list[tuple[Any, list[dict[str, Any]] | None]]:
+    """A recorded stream's responses, each with its tool calls; a chunk stored with what it
+    adds to the one before it gets its whole text back."""
+    served: list[tuple[Any, list[dict[str, Any]] | None]] = []
+    previous: list[str | None] = []
+    for chunk in chunks:
+        stored = expanded(chunk["response"], previous)
+        previous = texts_of(stored)
+        served.append((response_from_json(stored), chunk.get("tool_calls")))
+    return served
 
 
 class ReplayLLM(FunctionCallingLLM):
@@ -179,8 +193,7 @@ class ReplayLLM(FunctionCallingLLM):
     def _chunks(self, out: dict[str, Any]) -> list[tuple[Any, list[dict[str, Any]] | None]]:
         """The responses to yield: the recorded chunks, or the whole response as one chunk."""
         if out.get("stream"):
-            return [(response_from_json(c["response"]), c.get("tool_calls"))
-                    for c in out.get("chunks") or []]
+            return _recorded_chunks(out.get("chunks") or [])
         response = response_from_json(out["response"])
         if getattr(response, "delta", None) is None:
             text = response.message.content if isinstance(response, ChatResponse) \
@@ -194,8 +207,7 @@ class ReplayLLM(FunctionCallingLLM):
             raise error_from_record(out["error"])
         response, tool_calls = response_from_json(out.get("response")), out.get("tool_calls")
         if response is None and out.get("chunks"):
-            last = out["chunks"][-1]
-            response, tool_calls = response_from_json(last["response"]), last.get("tool_calls")
+            response, tool_calls = _recorded_chunks(out["chunks"])[-1]
         self._remember(response, tool_calls)
         return response
 
