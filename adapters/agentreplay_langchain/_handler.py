@@ -336,18 +336,20 @@ class RecordingCallbackHandler(RunTreeTracker):
     def on_custom_event(self, name: Any, data: Any, *, run_id: UUID, **kwargs: Any) -> None:
         # `dispatch_custom_event` inside a tool or retriever: `run_id` is its run, a run
         # inside it, or, given the config it was called with, the run around it; this callback
-        # runs inline, where the core's current path is the call's (or one inside it). The
-        # outermost such call keeps the event: its stand-in serves the calls inside it too.
+        # runs inline, where the core's current path is the call's (or one inside it). Every
+        # such call keeps the event: a replay serves the outermost one whole (its stand-in
+        # dispatches the events of the calls inside it), or runs it and serves an inner one.
         where = current_path()
         with self._lock:
-            holders = [c for c in self._calls.values() if c.kind in _DISPATCHERS and (
-                where == c.path or is_inside(where, c.path))]
+            holders = {id(c): c for c in self._calls.values() if c.kind in _DISPATCHERS and (
+                where == c.path or is_inside(where, c.path))}
             direct = self._calls.get(run_id)
             if direct is not None and direct.kind in _DISPATCHERS:
-                holders.append(direct)
+                holders[id(direct)] = direct
             if holders:
-                call = min(holders, key=lambda c: len(c.path))
-                call.extra.setdefault(CUSTOM_EVENTS, []).append(event_entry(str(name), data))
+                entry = event_entry(str(name), data)
+                for call in holders.values():
+                    call.extra.setdefault(CUSTOM_EVENTS, []).append(entry)
 
     # -- retrievers ------------------------------------------------------------------------
 

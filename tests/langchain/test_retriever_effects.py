@@ -106,9 +106,10 @@ def test_a_retrievers_custom_events_are_dispatched_again_in_replay(store: Store)
     assert again == live  # documents with their ids and metadata, and the same error
 
 
-def test_events_inside_a_tool_are_the_tools(store: Store) -> None:
-    """A retriever called inside a tool: its events belong to the tool's step, whose stand-in
-    serves the whole call, so a replay dispatches each of them once."""
+def test_events_inside_a_tool_are_the_tools_and_the_retrievers(store: Store) -> None:
+    """A retriever called inside a tool: its events are the tool's and the retriever's, so a
+    replay dispatches each of them once whether it serves the whole tool call or runs the
+    tool and serves the retriever inside it."""
     counter = Counter()
 
     def lookup_tool(retriever: BaseRetriever) -> Any:
@@ -129,6 +130,13 @@ def test_events_inside_a_tool_are_the_tools(store: Store) -> None:
         again = stand_in.invoke("fjords", config={"callbacks": [replayed]})
     assert again == live and counter.total == 1
     assert replayed.events == seen.events
+    inner = Seen()
+    with store.replay(rec.run_id, allow_unused=True) as player, instrument(player):
+        # the tool's own code runs; only the retriever inside it is replayed
+        again = lookup_tool(ReplayRetriever(player=player)).invoke(
+            "fjords", config={"callbacks": [inner]})
+    assert again == live and counter.total == 1
+    assert inner.events == seen.events
 
 
 @pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
@@ -197,7 +205,8 @@ def test_a_retrievers_stream_writes_are_written_again(store: Store) -> None:
 
 def test_stream_writes_inside_a_tool_are_the_tools_too(store: Store) -> None:
     """A retriever called inside a tool writes to the stream: the tool's step keeps the writes
-    as well (its stand-in serves the whole call), in the order they were made."""
+    as well, in the order they were made, so a replay writes each once whether it serves the
+    whole tool call or runs the tool and serves the retriever inside it."""
     from langgraph.graph import END, START, StateGraph
 
     def graph(lookup: Any) -> Any:
@@ -232,4 +241,8 @@ def test_stream_writes_inside_a_tool_are_the_tools_too(store: Store) -> None:
     with store.replay(rec.run_id) as player, instrument(player):
         lookup = replay_tools(player, [lookup_tool(SurveyingRetriever(counter=counter))])[0]
         again = stream(graph(lookup))
+    assert again == live and counter.total == 1
+    with store.replay(rec.run_id, allow_unused=True) as player, instrument(player):
+        # the tool's own code runs and writes; the retriever inside it is replayed
+        again = stream(graph(lookup_tool(ReplayRetriever(player=player))))
     assert again == live and counter.total == 1
