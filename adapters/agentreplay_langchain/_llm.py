@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -13,12 +14,13 @@ from langchain_core.language_models import BaseLLM
 from langchain_core.outputs import Generation, GenerationChunk, LLMResult
 from pydantic import ConfigDict, Field
 
-from agentreplay_core import Player, Step
+from agentreplay_core import Player, ReplayDivergence, Step
 from agentreplay_langchain._compat import keep_signatures
 from agentreplay_langchain._handler import TEXT_LLM
 from agentreplay_langchain._requests import llm_request
 from agentreplay_langchain._served import (
     error_of,
+    live_text_call,
     step_output,
     text_chunks,
     text_generations,
@@ -32,12 +34,15 @@ class ReplayLLM(BaseLLM):
 
     invoke, batch, stream and their async forms answer from the recording; recorded stream
     chunks come back with the same token callbacks, also when a call that streamed while
-    recording is invoked.
+    recording is invoked. In a replay opened with `on_divergence="live"` and a `live` LLM
+    given, that LLM answers from the first divergent call on, recorded into the forked run.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     player: Player = Field(exclude=True)
+    #: the LLM that answers from the first divergence on (`on_divergence="live"` only)
+    live: BaseLLM | None = Field(default=None, exclude=True)
     cache: bool | None = False
 
     @property
@@ -48,21 +53,41 @@ class ReplayLLM(BaseLLM):
     def _identifying_params(self) -> dict[str, Any]:
         return {"replayed_run_id": str(self.player.run_id)}
 
-    def _step(self, prompt: str, stop: list[str] | None, run_manager: Any) -> tuple[Step, Any]:
+    def _step(self, prompt: str, stop: list[str] | None, run_manager: Any,
+              kwargs: dict[str, Any], *, streamed: bool = False) -> tuple[Step | None, Any]:
+        """The recorded step and its output; no step when the call went live (fork mode)."""
         path = tracked_path(run_manager.handlers, run_manager.run_id) if run_manager else None
-        step = self.player.next_step("llm", TEXT_LLM, llm_request(prompt, stop), path=path)
-        return step, step_output(step)
+        request = llm_request(prompt, stop)
+        player = self.player
+        if self.live is None or player.fork_starter is None or player.fork is None:
+            try:
+                step = player.next_step("llm", TEXT_LLM, request, path=path)
+                return step, step_output(step)
+            except ReplayDivergence:
+                if self.live is None or player.fork_starter is None:
+                    raise
+        call = live_text_call(self.live, prompt, stop, kwargs, streamed=streamed)
+        return None, player.next("llm", TEXT_LLM, request, path=path, live=call)
+
+    async def _astep(self, prompt: str, stop: list[str] | None, run_manager: Any,
+                     kwargs: dict[str, Any], *, streamed: bool = False
+                     ) -> tuple[Step | None, Any]:
+        if self.live is None:
+            return self._step(prompt, stop, run_manager, kwargs, streamed=streamed)
+        # a live call (fork mode) runs the live LLM's sync API: off the event loop
+        return await asyncio.to_thread(self._step, prompt, stop, run_manager, kwargs,
+                                       streamed=streamed)
 
     def _generate(self, prompts: list[str], stop: list[str] | None = None,
                   run_manager: CallbackManagerForLLMRun | None = None,
                   **kwargs: Any) -> LLMResult:
         generations: list[list[Generation]] = []
         for prompt in prompts:
-            step, output = self._step(prompt, stop, run_manager)
+            step, output = self._step(prompt, stop, run_manager, kwargs)
             if run_manager is not None and "chunks" in output:
                 for chunk in text_chunks(output):
                     run_manager.on_llm_new_token(chunk.text, chunk=chunk)
-            if step.is_error:
+            if step is not None and step.is_error:
                 raise error_of(step, output)
             generations.append(text_generations(output))
         return LLMResult(generations=generations)
@@ -72,11 +97,11 @@ class ReplayLLM(BaseLLM):
                          **kwargs: Any) -> LLMResult:
         generations: list[list[Generation]] = []
         for prompt in prompts:
-            step, output = self._step(prompt, stop, run_manager)
+            step, output = await self._astep(prompt, stop, run_manager, kwargs)
             if run_manager is not None and "chunks" in output:
                 for chunk in text_chunks(output):
                     await run_manager.on_llm_new_token(chunk.text, chunk=chunk)
-            if step.is_error:
+            if step is not None and step.is_error:
                 await wait_if_cancelled(output)
                 raise error_of(step, output)
             generations.append(text_generations(output))
@@ -85,25 +110,25 @@ class ReplayLLM(BaseLLM):
     def _stream(self, prompt: str, stop: list[str] | None = None,
                 run_manager: CallbackManagerForLLMRun | None = None,
                 **kwargs: Any) -> Iterator[GenerationChunk]:
-        step, output = self._step(prompt, stop, run_manager)
+        step, output = self._step(prompt, stop, run_manager, kwargs, streamed=True)
         chunks = text_chunks(output)
         for chunk in chunks:
             if run_manager:  # BaseLLM leaves the token callbacks to the implementation
                 run_manager.on_llm_new_token(chunk.text, chunk=chunk)
             yield chunk
-        if step.is_error:
+        if step is not None and step.is_error:
             raise error_of(step, output, len(chunks))
 
     async def _astream(self, prompt: str, stop: list[str] | None = None,
                        run_manager: AsyncCallbackManagerForLLMRun | None = None,
                        **kwargs: Any) -> AsyncIterator[GenerationChunk]:
-        step, output = self._step(prompt, stop, run_manager)
+        step, output = await self._astep(prompt, stop, run_manager, kwargs, streamed=True)
         chunks = text_chunks(output)
         for chunk in chunks:
             if run_manager:
                 await run_manager.on_llm_new_token(chunk.text, chunk=chunk)
             yield chunk
-        if step.is_error:
+        if step is not None and step.is_error:
             await wait_if_cancelled(output)
             raise error_of(step, output, len(chunks))
 

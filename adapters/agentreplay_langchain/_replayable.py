@@ -52,9 +52,11 @@ def replayable_chat_model(live: BaseChatModel) -> BaseChatModel:
 
 
 def replayable_llm(live: BaseLLM) -> BaseLLM:
-    """`live`, or a `ReplayLLM` (text completion; it cannot go live at a divergence)."""
+    """`live`, or a `ReplayLLM` answering from the replayed run (text completion)."""
     player = _player("LLM")
-    return live if player is None else ReplayLLM(player=player)
+    if player is None:
+        return live
+    return ReplayLLM(player=player, live=live if player.can_go_live else None)
 
 
 def replayable_tools(tools: Sequence[BaseTool]) -> list[BaseTool]:

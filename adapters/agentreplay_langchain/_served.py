@@ -37,7 +37,14 @@ from agentreplay_core._key_order import in_key_order
 from agentreplay_core._plural import counted
 from agentreplay_core._recorded_errors import error_from_record, is_cancellation
 from agentreplay_langchain._construct import chat_generation
-from agentreplay_langchain._convert import EVENTS, EVENTS_ORDER, dump, revive, revive_encoded
+from agentreplay_langchain._convert import (
+    EVENTS,
+    EVENTS_ORDER,
+    dump,
+    revive,
+    revive_encoded,
+    storable,
+)
 from agentreplay_langchain._instrument import untracked
 
 
@@ -119,6 +126,25 @@ def live_call(model: Any, messages: list[BaseMessage], stop: list[str] | None,
             else:
                 answer = runnable.invoke(messages, stop=stop)
         output["generations"] = [dump(ChatGeneration(message=answer))]
+        return output
+    return call
+
+
+def live_text_call(model: Any, prompt: str, stop: list[str] | None, kwargs: dict[str, Any],
+                   *, streamed: bool) -> Callable[[], dict[str, Any]]:
+    """`live_call` for a text-completion LLM: its answer (and, streamed, its tokens) in the
+    form the recording handler stores."""
+    def call() -> dict[str, Any]:
+        output: dict[str, Any] = {"model": {"class": type(model).__qualname__}}
+        with _alone():
+            if streamed:
+                tokens = list(model.stream(prompt, stop=stop, **kwargs))
+                output["chunks"] = [dump(GenerationChunk(text=t)) for t in tokens]
+                output["generations"] = [dump(Generation(text="".join(tokens)))]
+            else:
+                result = model.generate([prompt], stop=stop, **kwargs)
+                output["generations"] = [dump(g) for g in result.generations[0]]
+                output["llm_output"] = storable(result.llm_output)
         return output
     return call
 

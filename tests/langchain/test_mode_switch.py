@@ -137,7 +137,7 @@ def test_the_factories_pick_the_backend_from_the_session(store: Store) -> None:
             "structured_output": True, "max_input_tokens": 1000}
             if "profile" in BaseChatModel.model_fields else None)  # langchain-core 1.x
         replay_llm = replayable_llm(llm)
-        assert isinstance(replay_llm, ReplayLLM)
+        assert isinstance(replay_llm, ReplayLLM) and replay_llm.live is None
         replay_embeddings = replayable_embeddings(embeddings)
         assert isinstance(replay_embeddings, ReplayEmbeddings) and replay_embeddings.live is None
         assert replay_embeddings.embed_query("one") == vector
@@ -173,6 +173,21 @@ def test_a_replay_that_goes_live_at_the_divergence_forks(store: Store) -> None:
     with Session("replay", store, run_id=fork.run_id):  # the fork replays like any recording
         again = agent(unreachable_parts(), style="Be brief. ")
     assert again == fixed
+
+
+def test_a_replayable_llm_goes_live_where_the_replay_may(store: Store) -> None:
+    llm = ScriptedLLM()
+    with Session("record", store, name="text llm") as session:
+        replayable_llm(llm).invoke("the sky is")
+        run_id = session.run_id
+    options = {"on_divergence": "live", "allow_unused": True}
+    with Session("replay", store, run_id=run_id, replay_options=options) as session:
+        replay = replayable_llm(llm)
+        assert isinstance(replay, ReplayLLM) and replay.live is llm
+        answer = replay.invoke("the sea is")
+        player = session.player
+    assert "of the sea is" in answer and llm.calls == 2
+    assert player is not None and player.fork is not None
 
 
 def test_instrument_without_a_session_is_inert() -> None:

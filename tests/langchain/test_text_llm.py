@@ -151,3 +151,49 @@ def test_abandoned_stream_replays_up_to_where_the_consumer_stopped(store: Store)
         assert read(ReplayLLM(player=player), 2, []) == live
     with store.replay(rec.run_id) as player, pytest.raises(AbandonedStreamReplayed):
         read(ReplayLLM(player=player), 5, [])
+
+
+@pytest.mark.parametrize("mode", ["invoke", "stream", "ainvoke", "astream"])
+def test_a_changed_prompt_goes_live_in_a_fork_that_replays(store: Store, mode: str) -> None:
+    def ask(llm: Any, prompt: str, tokens: Tokens) -> Any:
+        config: Any = {"callbacks": [tokens]}
+        if mode == "invoke":
+            return llm.invoke(prompt, config=config)
+        if mode == "stream":
+            return list(llm.stream(prompt, config=config))
+
+        async def go() -> Any:
+            if mode == "ainvoke":
+                return await llm.ainvoke(prompt, config=config)
+            return [chunk async for chunk in llm.astream(prompt, config=config)]
+        return asyncio.run(go())
+
+    with store.record(name="llm-fork") as rec:
+        recorded = ScriptedLLM().invoke("the sky is",
+                                        config={"callbacks": [RecordingCallbackHandler(rec)]})
+    live_llm = ScriptedLLM()
+    with store.replay(rec.run_id, on_divergence="live") as player:
+        llm = ReplayLLM(player=player, live=live_llm)
+        served = ask(llm, "the sky is", Tokens())  # as recorded: served
+        live = ask(llm, "the sea is", live_tokens := Tokens())  # a new prompt: live
+        assert player.fork is not None
+        fork_id = player.fork.run_id
+    assert (served if mode in ("invoke", "ainvoke") else "".join(served)) == recorded
+    assert live_llm.calls == 1 and "of the sea is" in "".join(live)
+    if mode in ("stream", "astream"):  # the live tokens reached the caller's handler
+        assert "".join(t for t, _ in live_tokens.seen) == "".join(live)
+    replay_tokens = Tokens()
+    with store.replay(fork_id) as player:
+        llm = ReplayLLM(player=player)
+        ask(llm, "the sky is", Tokens())
+        assert ask(llm, "the sea is", replay_tokens) == live
+    assert [t for t, _ in replay_tokens.seen] == [t for t, _ in live_tokens.seen]
+    assert live_llm.calls == 1
+
+
+def test_without_a_live_llm_a_changed_prompt_still_raises(store: Store) -> None:
+    with store.record(name="llm-strict") as rec:
+        ScriptedLLM().invoke("the sky is", config={"callbacks": [RecordingCallbackHandler(rec)]})
+    with store.replay(rec.run_id, on_divergence="live", allow_unused=True) as player, \
+            pytest.raises(ReplayDivergence):
+        ReplayLLM(player=player).invoke("the sea is")
