@@ -177,19 +177,22 @@ class Question(TypedDict):
     context: str
 
 
-def test_a_retrievers_stream_writes_are_written_again(store: Store) -> None:
+def one_node_graph(node: Any) -> Any:
     from langgraph.graph import END, START, StateGraph
 
+    builder = StateGraph(Question)
+    builder.add_node(node.__name__, node)
+    builder.add_edge(START, node.__name__)
+    builder.add_edge(node.__name__, END)
+    return builder.compile()
+
+
+def test_a_retrievers_stream_writes_are_written_again(store: Store) -> None:
     def graph(retriever: BaseRetriever) -> Any:
         def retrieve(state: Question) -> dict[str, str]:
             docs = retriever.invoke(state["question"])
             return {"context": docs[0].page_content}
-
-        builder = StateGraph(Question)
-        builder.add_node("retrieve", retrieve)
-        builder.add_edge(START, "retrieve")
-        builder.add_edge("retrieve", END)
-        return builder.compile()
+        return one_node_graph(retrieve)
 
     def stream(app: Any) -> list[Any]:
         return list(app.stream({"question": "fjords", "context": ""},
@@ -207,17 +210,10 @@ def test_stream_writes_inside_a_tool_are_the_tools_too(store: Store) -> None:
     """A retriever called inside a tool writes to the stream: the tool's step keeps the writes
     as well, in the order they were made, so a replay writes each once whether it serves the
     whole tool call or runs the tool and serves the retriever inside it."""
-    from langgraph.graph import END, START, StateGraph
-
     def graph(lookup: Any) -> Any:
         def research(state: Question) -> dict[str, str]:
             return {"context": lookup.invoke(state["question"])}
-
-        builder = StateGraph(Question)
-        builder.add_node("research", research)
-        builder.add_edge(START, "research")
-        builder.add_edge("research", END)
-        return builder.compile()
+        return one_node_graph(research)
 
     def lookup_tool(retriever: BaseRetriever) -> Any:
         @tool

@@ -11,7 +11,7 @@ import json
 import os
 import struct
 from collections.abc import AsyncGenerator, Generator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.base.llms.types import (
@@ -98,6 +98,15 @@ def _last_turn(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
     return out
 
 
+T = TypeVar("T")
+
+
+async def aiterate(items: list[T]) -> AsyncGenerator[T, None]:
+    """`items` as an async stream (an integration's `astream_*` result)."""
+    for item in items:
+        yield item
+
+
 class ToolCallingLLM(FunctionCallingLLM):
     """A scripted function-calling model with sampled output.
 
@@ -154,13 +163,8 @@ class ToolCallingLLM(FunctionCallingLLM):
     @llm_chat_callback()
     async def astream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any
                            ) -> ChatResponseAsyncGen:
-        chunks = list(self._chunks(self._reply(messages, list(kwargs.get("tools") or []))))
-
-        async def gen() -> AsyncGenerator[ChatResponse, None]:
-            for chunk in chunks:
-                yield chunk
-
-        return gen()
+        return aiterate(list(self._chunks(self._reply(messages,
+                                                      list(kwargs.get("tools") or [])))))
 
     @llm_completion_callback()
     def complete(self, prompt: str, formatted: bool = False, **kwargs: Any

@@ -4,7 +4,7 @@ its text, not quadratic, and replays chunk for chunk as it was streamed."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Generator, Sequence
+from collections.abc import Generator, Sequence
 from typing import Any
 
 from hypothesis import given
@@ -25,7 +25,7 @@ from agentreplay_core import Store
 from agentreplay_core._codec import canonical_bytes
 from agentreplay_llamaindex import ReplayLLM, instrument
 from agentreplay_llamaindex._chunk_texts import compacted, expanded, texts_of
-from tests.llamaindex.models import sample
+from tests.llamaindex.models import aiterate, sample
 
 HELLO = [ChatMessage(role=MessageRole.USER, content="tell me everything")]
 PIXEL = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJ"
@@ -66,12 +66,7 @@ class LongWinded(CustomLLM):
 
     @llm_chat_callback()
     async def astream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> Any:
-        chunks = list(self._chat_chunks())
-
-        async def gen() -> AsyncGenerator[ChatResponse, None]:
-            for chunk in chunks:
-                yield chunk
-        return gen()
+        return aiterate(list(self._chat_chunks()))
 
     @llm_completion_callback()
     def complete(self, prompt: str, formatted: bool = False, **kwargs: Any
