@@ -43,7 +43,12 @@ from agentreplay_llamaindex._convert import (
 )
 from agentreplay_llamaindex._llm_calls import LlmRecorder
 from agentreplay_llamaindex._stream_events import watch, written
-from agentreplay_llamaindex._tree import EMBEDDING_ENTRY_POINTS, SpanInfo, SpanTree
+from agentreplay_llamaindex._tree import (
+    EMBEDDING_ENTRY_POINTS,
+    RETRIEVER_ENTRY_POINTS,
+    SpanInfo,
+    SpanTree,
+)
 from agentreplay_llamaindex._workflow_state import (
     context_in,
     snapshot,
@@ -120,6 +125,19 @@ class RecordingSession:
                              nodes_json(event.nodes),
                              path=self.path_for(event.span_id, f"retriever:{name}"),
                              **(info.timing() if info is not None else {}))
+
+    def retrieval_failed(self, span_id: str, bound: inspect.BoundArguments,
+                         err: BaseException) -> None:
+        """A retriever's `retrieve` raised (a vector store timing out): its error step, where
+        its nodes would have been, so that a replay raises it where the program met it."""
+        info = self.tree.get(span_id)
+        method = info.method.rsplit(".", 1)[-1] if info is not None else ""
+        if info is None or info.owner != "retriever" or method not in RETRIEVER_ENTRY_POINTS:
+            return
+        query = bound.arguments.get("str_or_query_bundle")
+        self.recorder.record("retriever", info.name, {"query": query_text(query)},
+                             error_to_record(err), is_error=True, path=info.path,
+                             **info.timing())
 
     def rerank_start(self, event: ReRankStartEvent) -> None:
         if event.span_id is not None:
@@ -249,6 +267,7 @@ class RecordingSession:
             if self.llm.is_open(span_id):  # a non-streaming LLM call that raised
                 self.llm.failed(span_id, error, streaming=False)
             self.embedding_failed(span_id, bound, error)
+            self.retrieval_failed(span_id, bound, error)
             self.tree.exited(span_id)
         except Exception:
             self.failed("span error")

@@ -14,9 +14,7 @@ from agentreplay_llamaindex._convert import nodes_from_json, nodes_json
 from agentreplay_llamaindex._live import aserve, serve
 from agentreplay_llamaindex._recorded import recorded_name
 from agentreplay_llamaindex._tracking import replay_path
-
-#: the public methods whose span a recorded retrieval is named after
-_RETRIEVE = frozenset({"retrieve", "aretrieve"})
+from agentreplay_llamaindex._tree import RETRIEVER_ENTRY_POINTS as _RETRIEVE
 
 
 class ReplayRetriever(BaseRetriever):

@@ -34,6 +34,8 @@ from agentreplay_core._keys import join_path
 #: the span ids included)
 KEEP_EXITED = 10_000
 
+#: a retriever's public methods: the span its nodes (or its error) are recorded at
+RETRIEVER_ENTRY_POINTS = frozenset({"retrieve", "aretrieve"})
 #: the BaseEmbedding entry points that fire embedding events (recorded vectors sit below them)
 EMBEDDING_ENTRY_POINTS = frozenset({
     "get_query_embedding", "aget_query_embedding", "get_text_embedding",
