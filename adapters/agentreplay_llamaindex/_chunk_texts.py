@@ -7,10 +7,17 @@ times over (a 6 KB answer streamed in 1,258 chunks stored 4.2 MB). A chunk whose
 (`"continued": suffix` in place of `"text"`); replay rebuilds each text from the chunks before
 it. A text that does not continue the previous one (a provider that sends deltas only, a
 block that changed) is stored whole, as are blocks that are not text.
+
+Secrets: the recorder redacts what it stores, and a secret cut into what several chunks add
+would never be seen whole by it. So the texts are redacted first (`redacted`: the recorder's
+rules on each chunk's whole text) and compacted after: what a chunk adds is cut from the
+redacted texts, and a chunk whose redacted text does not continue the previous one (a secret
+completed: its placeholder replaced the part streamed before) is stored whole.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 #: in a stored chunk's text block (or completion response): the text added to the previous
@@ -34,6 +41,19 @@ def texts_of(stored: Any) -> Texts:
         return []
     return [block["text"] if isinstance(block, dict) and isinstance(block.get("text"), str)
             else None for block in blocks]
+
+
+def redacted(stored: Any, redact: Callable[[str], str]) -> Any:
+    """`stored` (one chunk's response, whole) with `redact` applied to each of its texts."""
+    texts = texts_of(stored)
+    if not any(texts):
+        return stored
+    assert isinstance(stored, dict)
+    if stored.get("type") == "completion":
+        return {**stored, "text": redact(stored["text"])}
+    blocks = [{**block, "text": redact(text)} if text else block
+              for block, text in zip(stored["message"]["blocks"], texts, strict=True)]
+    return {**stored, "message": {**stored["message"], "blocks": blocks}}
 
 
 def _added(text: str | None, previous: Texts, at: int) -> str | None:

@@ -16,7 +16,8 @@ from llama_index.core.llms.function_calling import FunctionCallingLLM
 
 from agentreplay_core import Recorder
 from agentreplay_core._recorded_errors import error_to_record
-from agentreplay_llamaindex._chunk_texts import Texts, compacted, texts_of
+from agentreplay_core._redact import Redactor
+from agentreplay_llamaindex._chunk_texts import Texts, compacted, redacted, texts_of
 from agentreplay_llamaindex._compat import is_wrapper_llm
 from agentreplay_llamaindex._convert import (
     TOOL_CALLS_ERROR,
@@ -157,7 +158,7 @@ class LlmRecorder:
                     and seen[1].instance is call.instance:
                 seen[1].skip = True  # the inner stream: the outer one is what the host called
             self._chunk_owner[id(response)] = (response, call)
-        call.chunks.append(chunk_item(call, response))
+        call.chunks.append(chunk_item(call, response, self._recorder.redactor))
 
     def end(self, span_id: str | None, response: Any) -> None:
         call = self._pop(span_id)
@@ -213,11 +214,13 @@ def new_call(instance: Any, mode: str, payload: Any, kwargs: dict[str, Any], pat
                    metadata=metadata, path=path, instance=instance, stream=stream)
 
 
-def chunk_item(call: LlmCall, response: Any) -> dict[str, Any]:
+def chunk_item(call: LlmCall, response: Any, redactor: Redactor | None) -> dict[str, Any]:
     """One streamed chunk as stored: the response and the tool calls read from it."""
     # a snapshot: the chunks are stored when the stream ends, and streaming integrations
     # may reuse and mutate the message object meanwhile
     stored = response_json(response, snapshot=True)
+    if redactor is not None:  # before compacting: see `_chunk_texts`
+        stored = redacted(stored, redactor.redact_text)
     item: dict[str, Any] = {"response": compacted(stored, call.texts)}
     call.texts = texts_of(stored)
     if call.mode == "chat":

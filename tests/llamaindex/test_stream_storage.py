@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import Generator, Sequence
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from llama_index.core.base.llms.types import (
@@ -26,10 +27,14 @@ from agentreplay_core._codec import canonical_bytes
 from agentreplay_llamaindex import ReplayLLM, instrument
 from agentreplay_llamaindex._chunk_texts import compacted, expanded, texts_of
 from tests.llamaindex.models import aiterate, sample
+from tests.support.secret_leaks import fake_secrets, leaks
 
 HELLO = [ChatMessage(role=MessageRole.USER, content="tell me everything")]
 PIXEL = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJ"
          "RU5ErkJggg==")
+
+
+FAKES = fake_secrets()
 
 
 class LongWinded(CustomLLM):
@@ -41,13 +46,16 @@ class LongWinded(CustomLLM):
     words: int = 50
     deltas_only: bool = False
     with_image: bool = False
+    #: said in the middle of the answer (credentials the model read in a tool result)
+    confided: str = ""
 
     @property
     def metadata(self) -> LLMMetadata:
         return LLMMetadata(model_name="long-winded", is_chat_model=True)
 
     def _pieces(self) -> list[str]:
-        text = " ".join(sample() for _ in range(self.words))
+        words = [sample() for _ in range(self.words)]
+        text = " ".join([*words[:3], self.confided, *words[3:]] if self.confided else words)
         return [text[i:i + 4] for i in range(0, len(text), 4)]
 
     def _chat_chunks(self) -> Generator[ChatResponse, None, None]:
@@ -138,6 +146,32 @@ def test_deltas_and_other_blocks_are_kept_as_they_came(li_store: Store) -> None:
         run_id, live = record_chat(li_store, llm)
         with li_store.replay(run_id) as player:
             assert chat_chunks(ReplayLLM(player).stream_chat(HELLO)) == live
+
+
+def test_a_secret_streamed_across_chunks_is_never_stored(
+        li_store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each chunk adds a few characters of the secret: what the chunks add is cut from the
+    redacted texts, so no stored text, nor any rebuilt from them, holds a secret."""
+    monkeypatch.setenv("AGENTREPLAY_REDACTION_KEY", "stream-test-key")
+    said = " and ".join(f.in_text for f in FAKES)
+    run_id, live = record_chat(li_store, LongWinded(words=40, confided=said))
+    [step] = li_store.load_steps(run_id)
+    assert leaks(canonical_bytes(step.output), FAKES) == []
+    rebuilt: list[str] = []
+    previous: list[str | None] = []
+    for chunk in step.output["chunks"]:
+        whole = expanded(chunk["response"], previous)
+        previous = texts_of(whole)
+        rebuilt.append(" ".join(t for t in previous if t))
+    assert "<secret:" in rebuilt[-1]
+    assert leaks("\n".join(rebuilt).encode(), FAKES) == []
+    # outside the secrets (whose chunks are stored whole) the chunks hold what they add
+    assert stored_bytes(li_store, run_id) < sum(map(len, rebuilt)) * 0.9
+    with li_store.replay(run_id, secrets=[f.value for f in FAKES]) as player:
+        again = chat_chunks(ReplayLLM(player).stream_chat(HELLO))
+    # the whole answer comes back with its secrets (a chunk that ended inside one holds the
+    # placeholder of the part it had, which no given secret restores)
+    assert len(again) == len(live) and again[-1] == live[-1]
 
 
 def _chat(texts: list[str | None]) -> dict[str, Any]:
