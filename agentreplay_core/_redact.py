@@ -197,6 +197,34 @@ class Redactor:
         """`text` with the secrets found by the pattern rules replaced."""
         return self._text(text, self._scanner)
 
+    def redact_pieces(self, pieces: Sequence[str]) -> list[str]:
+        """The pieces of a streamed text (each chunk's delta) redacted as the text they make:
+        a secret cut across pieces, which no piece shows whole, is taken out of each of them
+        and its placeholder put in the piece where it ends. Joined, they are `redact_text` of
+        the joined pieces; pieces without a secret come back as they were."""
+        text = "".join(pieces)
+        spans = self._scanner.find(text) if len(text) >= self._scanner.min_length else []
+        if not spans:
+            return list(pieces)
+        out: list[str] = []
+        start = 0
+        for piece in pieces:
+            end = start + len(piece)
+            kept: list[str] = []
+            cursor = start
+            for first, last, rule in spans:
+                if last <= start or first >= end:
+                    continue
+                if first > cursor:
+                    kept.append(text[cursor:first])
+                if last <= end:  # the secret ends in this piece: its placeholder goes here
+                    kept.append(self.placeholder(text[first:last], rule))
+                cursor = max(cursor, min(last, end))
+            kept.append(text[cursor:end])
+            out.append("".join(kept))
+            start = end
+        return out
+
     def may_hold_secrets(self, *canonical: bytes) -> bool:
         """False only if redacting the trees whose canonical JSON is `canonical` would change
         nothing: one Hyperscan pass over the bytes instead of walking the trees (see

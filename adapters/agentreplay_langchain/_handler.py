@@ -17,6 +17,7 @@ from agentreplay_core import Recorder
 from agentreplay_core._key_order import keep_key_order
 from agentreplay_core._keys import current_path, is_inside
 from agentreplay_core._recorded_errors import error_to_record
+from agentreplay_langchain._chunk_secrets import redacted_chunks
 from agentreplay_langchain._convert import (
     EVENTS,
     EVENTS_ORDER,
@@ -247,7 +248,11 @@ class RecordingCallbackHandler(RunTreeTracker):
                 output[EVENTS] = call.events
                 # a UI that prints them shows their keys in the model's order
                 keep_key_order(output, EVENTS_ORDER, call.events)
-            return output
+        redactor = self.recorder.redactor
+        if redactor is not None and "chunks" in output:
+            # (outside the lock: one scan of the whole stream)
+            output["chunks"] = redacted_chunks(output["chunks"], redactor)
+        return output
 
     @_guarded
     def on_llm_end(self, response: Any, *, run_id: UUID, **kwargs: Any) -> None:

@@ -56,6 +56,27 @@ def redacted(stored: Any, redact: Callable[[str], str]) -> Any:
     return {**stored, "message": {**stored["message"], "blocks": blocks}}
 
 
+def redacted_deltas(chunks: list[dict[str, Any]],
+                    redact_pieces: Callable[[list[str]], list[str]]) -> list[dict[str, Any]]:
+    """A stream's stored chunks with a secret their deltas make together redacted: each
+    chunk's `delta` holds a few characters of it, which no redaction of one delta finds, so
+    they are redacted as the text they make (its placeholder in the chunk where it ends). A
+    chunk whose delta changed loses its `raw` payload too: the provider's chunk holds the
+    same piece."""
+    deltas = [_delta(chunk.get("response")) for chunk in chunks]
+    redacted = redact_pieces(deltas)
+    if redacted == deltas:
+        return chunks
+    return [chunk if after == before else
+            {**chunk, "response": {**chunk["response"], "delta": after, "raw": None}}
+            for chunk, before, after in zip(chunks, deltas, redacted, strict=True)]
+
+
+def _delta(response: Any) -> str:
+    delta = response.get("delta") if isinstance(response, dict) else None
+    return delta if isinstance(delta, str) else ""
+
+
 def _added(text: str | None, previous: Texts, at: int) -> str | None:
     """What `text` adds to the previous chunk's text at `at`, if it continues it."""
     before = previous[at] if at < len(previous) else None

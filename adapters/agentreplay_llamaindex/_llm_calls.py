@@ -17,7 +17,13 @@ from llama_index.core.llms.function_calling import FunctionCallingLLM
 from agentreplay_core import Recorder
 from agentreplay_core._recorded_errors import error_to_record
 from agentreplay_core._redact import Redactor
-from agentreplay_llamaindex._chunk_texts import Texts, compacted, redacted, texts_of
+from agentreplay_llamaindex._chunk_texts import (
+    Texts,
+    compacted,
+    redacted,
+    redacted_deltas,
+    texts_of,
+)
 from agentreplay_llamaindex._compat import is_wrapper_llm
 from agentreplay_llamaindex._convert import (
     TOOL_CALLS_ERROR,
@@ -245,7 +251,9 @@ def write_call(recorder: Recorder, call: LlmCall, *, response: Any, abandoned: b
     if call.mode == "chat":
         output["tool_calls"] = _tool_calls(call.instance, response)
     if call.stream:
-        output.update(stream=True, chunks=call.chunks, abandoned=abandoned, error=error)
+        chunks = call.chunks if recorder.redactor is None \
+            else redacted_deltas(call.chunks, recorder.redactor.redact_pieces)
+        output.update(stream=True, chunks=chunks, abandoned=abandoned, error=error)
     recorder.record("llm", call.name, call.request, output, path=call.path,
                     started_at=call.started, duration_ms=_ms(call))
     return output

@@ -165,6 +165,13 @@ def test_a_secret_streamed_across_chunks_is_never_stored(
         rebuilt.append(" ".join(t for t in previous if t))
     assert "<secret:" in rebuilt[-1]
     assert leaks("\n".join(rebuilt).encode(), FAKES) == []
+    # nor do the chunks' deltas joined (the provider's payload of a chunk that held a piece
+    # of a secret is dropped: it holds the same piece)
+    deltas = "".join(c["response"]["delta"] for c in step.output["chunks"])
+    assert "<secret:" in deltas and leaks(deltas.encode(), FAKES) == []
+    raw = "".join(c["response"]["raw"]["piece"] for c in step.output["chunks"]
+                  if c["response"]["raw"] is not None)
+    assert leaks(raw.encode(), FAKES) == []
     # outside the secrets (whose chunks are stored whole) the chunks hold what they add
     assert stored_bytes(li_store, run_id) < sum(map(len, rebuilt)) * 0.9
     with li_store.replay(run_id, secrets=[f.value for f in FAKES]) as player:

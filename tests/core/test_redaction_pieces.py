@@ -1,0 +1,40 @@
+"""A secret streamed in pieces (each chunk's delta) is redacted as the text the pieces make."""
+
+from __future__ import annotations
+
+import itertools
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentreplay_core._redact import Redactor
+from tests.support.secret_leaks import fake_secrets, leaks
+
+KEY = b"pieces-test-key"
+FAKES = fake_secrets()
+TEXT = "the config says " + " and ".join(f.in_text for f in FAKES) + " and nothing else"
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=len(TEXT)), max_size=400))
+def test_pieces_join_to_the_redacted_text_and_hold_no_secret(cuts: list[int]) -> None:
+    bounds = sorted({0, len(TEXT), *cuts})
+    pieces = [TEXT[a:b] for a, b in itertools.pairwise(bounds)]
+    redactor = Redactor(key=KEY)
+    out = redactor.redact_pieces(pieces)
+    assert len(out) == len(pieces)
+    assert "".join(out) == redactor.redact_text(TEXT)
+    assert "<secret:" in "".join(out)
+    # no secret can be pieced together from what is kept
+    assert leaks("".join(out).encode(), FAKES) == []
+    # a piece that holds no part of a secret is kept as it was
+    spans = redactor._scanner.find(TEXT)
+    for (a, b), piece, kept in zip(itertools.pairwise(bounds), pieces, out,
+                                   strict=True):
+        if not any(first < b and last > a for first, last, _ in spans):
+            assert kept == piece
+
+
+def test_pieces_without_secrets_come_back_unchanged() -> None:
+    pieces = ["a harmless ", "stream of ", "", "words"]
+    assert Redactor(key=KEY).redact_pieces(pieces) == pieces
