@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from langchain_core.messages import BaseMessage, HumanMessage
+from langchain_core.messages import BaseMessage, HumanMessage, ToolMessage
 from langchain_core.tools import BaseTool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.func import entrypoint, task
@@ -80,7 +80,8 @@ def run_sync(app: Any) -> list[BaseMessage]:
 
 def stream_async(app: Any) -> tuple[list[BaseMessage], list[Any]]:
     """The final messages, and what the stream gave (the model's tokens with their message
-    ids, each task's update) in any order: parallel tasks finish in any order, live too."""
+    ids, each task's update without the ids LangGraph gave its tool messages) in any order:
+    parallel tasks finish in any order, live too."""
     async def go() -> tuple[list[BaseMessage], list[Any]]:
         seen: list[tuple[Any, ...]] = []
         final = None
@@ -89,11 +90,25 @@ def stream_async(app: Any) -> tuple[list[BaseMessage], list[Any]]:
             if mode == "messages":
                 seen.append(("token", chunk[0].content, chunk[0].id))
             else:
-                seen.append(("update", repr(chunk)))
+                seen.append(("update", repr(without_tool_message_ids(chunk))))
                 final = chunk.get("agent", final)
         assert final is not None
         return final, sorted(seen, key=repr)
     return asyncio.run(go())
+
+
+def without_tool_message_ids(value: Any) -> Any:
+    if isinstance(value, ToolMessage):
+        return value.model_copy(update={"id": None})
+    if isinstance(value, dict):
+        return {k: without_tool_message_ids(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [without_tool_message_ids(v) for v in value]
+    return value
+
+
+def tool_message_ids(messages: list[BaseMessage]) -> list[str]:
+    return sorted(str(m.id) for m in messages if isinstance(m, ToolMessage))
 
 
 def test_a_functional_api_agent_replays(store: Store) -> None:
@@ -121,5 +136,10 @@ def test_an_async_functional_api_agent_streams_the_same(store: Store) -> None:
         again, stream = stream_async(async_agent(ReplayChatModel(player=player),
                                                  replay_tools(player, make_tools(counter))))
     assert counter.total == 0
-    assert transcript(again) == transcript(live)
+    # LangGraph's message stream gives the parallel tasks' tool messages their ids as the
+    # tasks end, in the order they happen to end (docs/langchain.md, "What does not replay
+    # yet"): the same recorded ids come back, possibly swapped between the tool messages
+    assert transcript(without_tool_message_ids(again)) == \
+        transcript(without_tool_message_ids(live))
+    assert tool_message_ids(again) == tool_message_ids(live)
     assert stream == live_stream
