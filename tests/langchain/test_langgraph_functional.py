@@ -80,15 +80,17 @@ def run_sync(app: Any) -> list[BaseMessage]:
 
 def stream_async(app: Any) -> tuple[list[BaseMessage], list[Any]]:
     """The final messages, and what the stream gave (the model's tokens with their message
-    ids, each task's update without the ids LangGraph gave its tool messages) in any order:
-    parallel tasks finish in any order, live too."""
+    ids, the tool messages and each task's update without the ids LangGraph gave the tool
+    messages) in any order: parallel tasks finish in any order, live too."""
     async def go() -> tuple[list[BaseMessage], list[Any]]:
         seen: list[tuple[Any, ...]] = []
         final = None
         async for mode, chunk in app.astream(ask(), {"configurable": {"thread_id": "trip"}},
                                              stream_mode=["messages", "updates"]):
             if mode == "messages":
-                seen.append(("token", chunk[0].content, chunk[0].id))
+                message = chunk[0]
+                seen.append(("token", message.content,
+                             None if isinstance(message, ToolMessage) else message.id))
             else:
                 seen.append(("update", repr(without_tool_message_ids(chunk))))
                 final = chunk.get("agent", final)
