@@ -21,7 +21,7 @@ from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict, Field
 
-from agentreplay_core import Player, ReplayDivergence, Step
+from agentreplay_core import Player, Step
 from agentreplay_core._keys import current_path
 from agentreplay_langchain._batch_index import with_tracker
 from agentreplay_langchain._compat import format_for_tracing, keep_signatures
@@ -34,7 +34,7 @@ from agentreplay_langchain._served import (
     error_of,
     live_call,
     protocol_events,
-    step_output,
+    served_or_live,
     wait_if_cancelled,
 )
 from agentreplay_langchain._structured import structured_output
@@ -118,21 +118,15 @@ class ReplayChatModel(BaseChatModel):
             path = tracked_path(run_manager.handlers, run_manager.run_id)
         else:
             path = _streaming_path()
-        traced = format_for_tracing(messages)
-        player = self.player
-        if self.live is None or player.fork_starter is None or player.fork is None:
-            try:
-                # encoded before anything else runs: no snapshot copies needed
-                request = chat_request(traced, kwargs.get("tools"), stop, snapshot=False)
-                step = player.next_step("llm", CHAT_MODEL, request, path=path)
-                return step, step_output(step)
-            except ReplayDivergence:
-                if self.live is None or player.fork_starter is None:
-                    raise
-        # recorded after the live call returns: a copy of what was asked
-        request = chat_request(traced, kwargs.get("tools"), stop)
-        call = live_call(self.live, messages, stop, kwargs, streamed=streamed)
-        return None, player.next("llm", CHAT_MODEL, request, path=path, live=call)
+        traced, tools, live = format_for_tracing(messages), kwargs.get("tools"), self.live
+        return served_or_live(
+            self.player, CHAT_MODEL,
+            # encoded before anything else runs: no snapshot copies needed
+            lambda: chat_request(traced, tools, stop, snapshot=False), path,
+            None if live is None else lambda: live_call(live, messages, stop, kwargs,
+                                                        streamed=streamed),
+            # recorded after the live call returns: a copy of what was asked
+            lambda: chat_request(traced, tools, stop))
 
     async def _astep(self, messages: list[BaseMessage], stop: list[str] | None,
                      run_manager: RunManager | None, kwargs: dict[str, Any], *,

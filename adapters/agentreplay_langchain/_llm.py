@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -14,14 +15,14 @@ from langchain_core.language_models import BaseLLM
 from langchain_core.outputs import Generation, GenerationChunk, LLMResult
 from pydantic import ConfigDict, Field
 
-from agentreplay_core import Player, ReplayDivergence, Step
+from agentreplay_core import Player, Step
 from agentreplay_langchain._compat import keep_signatures
 from agentreplay_langchain._handler import TEXT_LLM
 from agentreplay_langchain._requests import llm_request
 from agentreplay_langchain._served import (
     error_of,
     live_text_call,
-    step_output,
+    served_or_live,
     text_chunks,
     text_generations,
     wait_if_cancelled,
@@ -57,17 +58,13 @@ class ReplayLLM(BaseLLM):
               kwargs: dict[str, Any], *, streamed: bool = False) -> tuple[Step | None, Any]:
         """The recorded step and its output; no step when the call went live (fork mode)."""
         path = tracked_path(run_manager.handlers, run_manager.run_id) if run_manager else None
-        request = llm_request(prompt, stop)
-        player = self.player
-        if self.live is None or player.fork_starter is None or player.fork is None:
-            try:
-                step = player.next_step("llm", TEXT_LLM, request, path=path)
-                return step, step_output(step)
-            except ReplayDivergence:
-                if self.live is None or player.fork_starter is None:
-                    raise
-        call = live_text_call(self.live, prompt, stop, kwargs, streamed=streamed)
-        return None, player.next("llm", TEXT_LLM, request, path=path, live=call)
+        live = self.live
+        request = functools.partial(llm_request, prompt, stop)
+        return served_or_live(
+            self.player, TEXT_LLM, request, path,
+            None if live is None else lambda: live_text_call(live, prompt, stop, kwargs,
+                                                             streamed=streamed),
+            request)
 
     async def _astep(self, prompt: str, stop: list[str] | None, run_manager: Any,
                      kwargs: dict[str, Any], *, streamed: bool = False

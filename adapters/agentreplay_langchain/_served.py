@@ -31,7 +31,7 @@ from langchain_core.outputs import (
 )
 from langchain_core.runnables.config import var_child_runnable_config
 
-from agentreplay_core import AgentReplayError, Step, decode
+from agentreplay_core import AgentReplayError, Player, ReplayDivergence, Step, decode
 from agentreplay_core._codec import TAG
 from agentreplay_core._key_order import in_key_order
 from agentreplay_core._plural import counted
@@ -103,6 +103,22 @@ async def wait_if_cancelled(output: dict[str, Any]) -> None:
     the caller's same timeout fires again."""
     if is_cancellation(output.get("error")):
         await asyncio.Event().wait()
+
+
+def served_or_live(player: Player, name: str, request: Callable[[], Any], path: str | None,
+                   live: Callable[[], Callable[[], dict[str, Any]]] | None,
+                   live_request: Callable[[], Any]) -> tuple[Step | None, Any]:
+    """A replay model's call: its recorded step and output; or, with a live counterpart in a
+    replay that may fork, from the first divergence on the live call's output (no step),
+    recorded into the fork under `live_request()` (a copy: recorded after the call)."""
+    if live is None or player.fork_starter is None or player.fork is None:
+        try:
+            step = player.next_step("llm", name, request(), path=path)
+            return step, step_output(step)
+        except ReplayDivergence:
+            if live is None or player.fork_starter is None:
+                raise
+    return None, player.next("llm", name, live_request(), path=path, live=live())
 
 
 def live_call(model: Any, messages: list[BaseMessage], stop: list[str] | None,
