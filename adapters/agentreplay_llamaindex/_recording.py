@@ -126,13 +126,22 @@ class RecordingSession:
                              path=self.path_for(event.span_id, f"retriever:{name}"),
                              **(info.timing() if info is not None else {}))
 
+    def _entry_span(self, span_id: str, owner: str, entry_points: frozenset[str]
+                    ) -> SpanInfo | None:
+        """The span, if it is one of `owner`'s public methods (`entry_points`), where its
+        steps are recorded."""
+        info = self.tree.get(span_id)
+        if info is None or info.owner != owner or \
+                info.method.rsplit(".", 1)[-1] not in entry_points:
+            return None
+        return info
+
     def retrieval_failed(self, span_id: str, bound: inspect.BoundArguments,
                          err: BaseException) -> None:
         """A retriever's `retrieve` raised (a vector store timing out): its error step, where
         its nodes would have been, so that a replay raises it where the program met it."""
-        info = self.tree.get(span_id)
-        method = info.method.rsplit(".", 1)[-1] if info is not None else ""
-        if info is None or info.owner != "retriever" or method not in RETRIEVER_ENTRY_POINTS:
+        info = self._entry_span(span_id, "retriever", RETRIEVER_ENTRY_POINTS)
+        if info is None:
             return
         query = bound.arguments.get("str_or_query_bundle")
         self.recorder.record("retriever", info.name, {"query": query_text(query)},
@@ -188,9 +197,8 @@ class RecordingSession:
     def embedding_failed(self, span_id: str, bound: inspect.BoundArguments,
                          err: BaseException) -> None:
         """An embedding call raised: record the error on the first text not yet embedded."""
-        info = self.tree.get(span_id)
-        method = info.method.rsplit(".", 1)[-1] if info is not None else ""
-        if info is None or info.owner != "embedding" or method not in EMBEDDING_ENTRY_POINTS:
+        info = self._entry_span(span_id, "embedding", EMBEDDING_ENTRY_POINTS)
+        if info is None:
             return
         args = bound.arguments
         texts = [args["query"]] if "query" in args else [args["text"]] if "text" in args \
@@ -198,7 +206,7 @@ class RecordingSession:
         done = self.tree.counted(info.path)  # texts of earlier batches that succeeded
         if done >= len(texts):
             return
-        mode = "query" if "query" in method else "text"
+        mode = "query" if "query" in info.method.rsplit(".", 1)[-1] else "text"
         self.recorder.record("embedding", info.name, {"mode": mode, "text": texts[done]},
                              error_to_record(err), is_error=True,
                              path=join_path(info.path, str(done)), **info.timing())
