@@ -64,12 +64,12 @@ def redacted_deltas(chunks: list[dict[str, Any]],
     chunk whose delta changed loses its `raw` payload too: the provider's chunk holds the
     same piece."""
     deltas = [_delta(chunk.get("response")) for chunk in chunks]
-    redacted = redact_pieces(deltas)
-    if redacted == deltas:
+    kept = redact_pieces(deltas)
+    if kept == deltas:
         return chunks
     return [chunk if after == before else
             {**chunk, "response": {**chunk["response"], "delta": after, "raw": None}}
-            for chunk, before, after in zip(chunks, deltas, redacted, strict=True)]
+            for chunk, before, after in zip(chunks, deltas, kept, strict=True)]
 
 
 def _delta(response: Any) -> str:
