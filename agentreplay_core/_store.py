@@ -60,6 +60,11 @@ class Store:
         redaction: Redactor | None = _UNSET,
         prepare: str | None = None,
     ) -> None:
+        if isinstance(backend, (str, bytes, os.PathLike)):
+            # else it fails only in the writer's thread, and the run's steps are lost (the
+            # URL is not repeated here: it may hold a password)
+            raise TypeError(f"Store() takes a store backend, not a {type(backend).__name__}: "
+                            "open a store from its URL or path with open_store(url)")
         self.backend = backend
         #: where the batched writer prepares steps: "thread" (its own) or "process" (a helper)
         self.prepare = check_prepare(prepare or os.environ.get(PREPARE_ENV) or "thread")

@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -263,3 +264,13 @@ def test_a_stored_run_of_a_newer_format_is_not_replayed(pg_dsn: str, pg_schema: 
         with pytest.raises(StoreError, match=r"newer agentreplay \(format 2 > 1\)"), \
                 store.replay(rec.run_id):
             pass
+
+
+@pytest.mark.parametrize("url", ["postgresql://me:pw-Secret-1@localhost/agents", "memory:",
+                                 Path("runs")])
+def test_a_url_given_to_store_itself_is_refused_at_once(url: Any) -> None:
+    """Found while testing: `Store("postgresql://...")` was taken, and the first recorded
+    step failed in the writer's thread (`'str' object has no attribute ...`): steps lost."""
+    with pytest.raises(TypeError, match=r"open_store\(url\)") as raised:
+        Store(url)
+    assert "pw-Secret-1" not in str(raised.value)
