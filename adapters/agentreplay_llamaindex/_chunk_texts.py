@@ -43,38 +43,85 @@ def texts_of(stored: Any) -> Texts:
             else None for block in blocks]
 
 
-def redacted(stored: Any, redact: Callable[[str], str]) -> Any:
-    """`stored` (one chunk's response, whole) with `redact` applied to each of its texts."""
-    texts = texts_of(stored)
-    if not any(texts):
-        return stored
-    assert isinstance(stored, dict)
-    if stored.get("type") == "completion":
-        return {**stored, "text": redact(stored["text"])}
-    blocks = [{**block, "text": redact(text)} if text else block
-              for block, text in zip(stored["message"]["blocks"], texts, strict=True)]
-    return {**stored, "message": {**stored["message"], "blocks": blocks}}
+Place = tuple[str | int, ...]
 
 
-def redacted_deltas(chunks: list[dict[str, Any]],
+def _text_places(response: Any) -> list[tuple[int, Place, bool]]:
+    """Where a stored chunk's response holds text: (its position, keys from the response
+    down, whether it is whole: else it continues the previous chunk's text there)."""
+    if not isinstance(response, dict):
+        return []
+    if response.get("type") == "completion":
+        for key in ("text", CONTINUED):
+            if isinstance(response.get(key), str):
+                return [(0, (key,), key == "text")]
+        return []
+    message = response.get("message") if response.get("type") == "chat" else None
+    blocks = message.get("blocks") if isinstance(message, dict) else None
+    if not isinstance(blocks, list):
+        return []
+    return [(at, ("message", "blocks", at, key), key == "text")
+            for at, block in enumerate(blocks) if isinstance(block, dict)
+            for key in ("text", CONTINUED) if isinstance(block.get(key), str)]
+
+
+def _at(value: Any, place: Place) -> Any:
+    for key in place:
+        value = value[key]
+    return value
+
+
+def _replaced(value: Any, place: Place, new: str) -> Any:
+    """A copy of `value` with `new` at `place` (only the containers on the way are copied)."""
+    if not place:
+        return new
+    key, rest = place[0], place[1:]
+    copy: Any = list(value) if isinstance(value, list) else dict(value)
+    copy[key] = _replaced(value[key], rest, new)
+    return copy
+
+
+def redacted_stream(chunks: list[dict[str, Any]],
                     redact_pieces: Callable[[list[str]], list[str]]) -> list[dict[str, Any]]:
-    """A stream's stored chunks with a secret their deltas make together redacted: each
-    chunk's `delta` holds a few characters of it, which no redaction of one delta finds, so
-    they are redacted as the text they make (its placeholder in the chunk where it ends). A
-    chunk whose delta changed loses its `raw` payload too: the provider's chunk holds the
-    same piece."""
-    deltas = [_delta(chunk.get("response")) for chunk in chunks]
-    kept = redact_pieces(deltas)
-    if kept == deltas:
+    """A stream's stored (compacted) chunks with a secret the chunks make together redacted.
+
+    A secret the model streams is cut into what several chunks add, where no redaction of a
+    single stored string sees it; and a chunk's whole text holds the first part of a secret
+    that ends in a later chunk, too short to be recognised there. So the pieces of each text
+    (a chunk's whole text, then what each chunk after it adds) and the chunks' deltas are
+    redacted as the texts they make: the parts of a secret are taken out of every chunk, its
+    placeholder put in the chunk where it ends. A changed chunk loses its `raw` payload too:
+    the provider's chunk holds the same piece.
+    """
+    texts: list[list[tuple[int, Place]]] = []
+    open_texts: dict[int, list[tuple[int, Place]]] = {}
+    deltas: list[tuple[int, Place]] = []
+    for number, chunk in enumerate(chunks):
+        response = chunk.get("response")
+        for at, place, whole in _text_places(response):
+            going = open_texts.get(at)
+            if whole or going is None or going[-1][0] != number - 1:
+                going = open_texts[at] = []
+                texts.append(going)
+            going.append((number, ("response", *place)))
+        if isinstance(response, dict) and isinstance(response.get("delta"), str):
+            deltas.append((number, ("response", "delta")))
+    edits: dict[int, list[tuple[Place, str]]] = {}
+    for members in [*texts, deltas]:
+        pieces = [_at(chunks[number], place) for number, place in members]
+        for (number, place), before, after in zip(members, pieces, redact_pieces(pieces),
+                                                  strict=True):
+            if after != before:
+                edits.setdefault(number, []).append((place, after))
+    if not edits:
         return chunks
-    return [chunk if after == before else
-            {**chunk, "response": {**chunk["response"], "delta": after, "raw": None}}
-            for chunk, before, after in zip(chunks, deltas, kept, strict=True)]
-
-
-def _delta(response: Any) -> str:
-    delta = response.get("delta") if isinstance(response, dict) else None
-    return delta if isinstance(delta, str) else ""
+    out = list(chunks)
+    for number, changes in edits.items():
+        changed: Any = chunks[number]
+        for place, new in changes:
+            changed = _replaced(changed, place, new)
+        out[number] = {**changed, "response": {**changed["response"], "raw": None}}
+    return out
 
 
 def _added(text: str | None, previous: Texts, at: int) -> str | None:

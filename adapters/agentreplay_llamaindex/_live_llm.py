@@ -103,8 +103,8 @@ class LiveLLM:
             return self._arelay(fork, call, result)
         return self._finished(fork, call, result)
 
-    def _chunk(self, fork: Recorder, call: LlmCall, chunk: Any) -> None:
-        item = chunk_item(call, chunk, fork.redactor)
+    def _chunk(self, call: LlmCall, chunk: Any) -> None:
+        item = chunk_item(call, chunk)
         call.chunks.append(item)
         self._remember(chunk, item.get("tool_calls"))
 
@@ -122,7 +122,7 @@ class LiveLLM:
                     chunk = next(chunks, _END)
                 if chunk is _END:
                     break
-                self._chunk(fork, call, chunk)
+                self._chunk(call, chunk)
                 last = chunk
                 yield chunk
         except GeneratorExit:
@@ -143,7 +143,7 @@ class LiveLLM:
                     chunk = await anext(chunks, _END)
                 if chunk is _END:
                     break
-                self._chunk(fork, call, chunk)
+                self._chunk(call, chunk)
                 last = chunk
                 yield chunk
         except GeneratorExit:

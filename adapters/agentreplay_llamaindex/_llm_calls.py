@@ -16,12 +16,10 @@ from llama_index.core.llms.function_calling import FunctionCallingLLM
 
 from agentreplay_core import Recorder
 from agentreplay_core._recorded_errors import error_to_record
-from agentreplay_core._redact import Redactor
 from agentreplay_llamaindex._chunk_texts import (
     Texts,
     compacted,
-    redacted,
-    redacted_deltas,
+    redacted_stream,
     texts_of,
 )
 from agentreplay_llamaindex._compat import is_wrapper_llm
@@ -164,7 +162,7 @@ class LlmRecorder:
                     and seen[1].instance is call.instance:
                 seen[1].skip = True  # the inner stream: the outer one is what the host called
             self._chunk_owner[id(response)] = (response, call)
-        call.chunks.append(chunk_item(call, response, self._recorder.redactor))
+        call.chunks.append(chunk_item(call, response))
 
     def end(self, span_id: str | None, response: Any) -> None:
         call = self._pop(span_id)
@@ -220,13 +218,11 @@ def new_call(instance: Any, mode: str, payload: Any, kwargs: dict[str, Any], pat
                    metadata=metadata, path=path, instance=instance, stream=stream)
 
 
-def chunk_item(call: LlmCall, response: Any, redactor: Redactor | None) -> dict[str, Any]:
+def chunk_item(call: LlmCall, response: Any) -> dict[str, Any]:
     """One streamed chunk as stored: the response and the tool calls read from it."""
     # a snapshot: the chunks are stored when the stream ends, and streaming integrations
     # may reuse and mutate the message object meanwhile
     stored = response_json(response, snapshot=True)
-    if redactor is not None:  # before compacting: see `_chunk_texts`
-        stored = redacted(stored, redactor.redact_text)
     item: dict[str, Any] = {"response": compacted(stored, call.texts)}
     call.texts = texts_of(stored)
     if call.mode == "chat":
@@ -252,7 +248,7 @@ def write_call(recorder: Recorder, call: LlmCall, *, response: Any, abandoned: b
         output["tool_calls"] = _tool_calls(call.instance, response)
     if call.stream:
         chunks = call.chunks if recorder.redactor is None \
-            else redacted_deltas(call.chunks, recorder.redactor.redact_pieces)
+            else redacted_stream(call.chunks, recorder.redactor.redact_pieces)
         output.update(stream=True, chunks=chunks, abandoned=abandoned, error=error)
     recorder.record("llm", call.name, call.request, output, path=call.path,
                     started_at=call.started, duration_ms=_ms(call))

@@ -27,7 +27,7 @@ from agentreplay_core._codec import canonical_bytes
 from agentreplay_llamaindex import ReplayLLM, instrument
 from agentreplay_llamaindex._chunk_texts import compacted, expanded, texts_of
 from tests.llamaindex.models import aiterate, sample
-from tests.support.secret_leaks import fake_secrets, leaks
+from tests.support.secret_leaks import fake_secrets, leaks, partial_leaks
 
 HELLO = [ChatMessage(role=MessageRole.USER, content="tell me everything")]
 PIXEL = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJ"
@@ -164,7 +164,10 @@ def test_a_secret_streamed_across_chunks_is_never_stored(
         previous = texts_of(whole)
         rebuilt.append(" ".join(t for t in previous if t))
     assert "<secret:" in rebuilt[-1]
-    assert leaks("\n".join(rebuilt).encode(), FAKES) == []
+    # no part of a secret either: a chunk's text that holds the start of a secret ending in a
+    # later chunk, too short for its rule to recognise, has that start taken out
+    assert partial_leaks("\n".join(rebuilt).encode(), FAKES) == []
+    assert partial_leaks(canonical_bytes(step.output), FAKES) == []
     # nor do the chunks' deltas joined (the provider's payload of a chunk that held a piece
     # of a secret is dropped: it holds the same piece)
     deltas = "".join(c["response"]["delta"] for c in step.output["chunks"])
@@ -176,9 +179,14 @@ def test_a_secret_streamed_across_chunks_is_never_stored(
     assert stored_bytes(li_store, run_id) < sum(map(len, rebuilt)) * 0.9
     with li_store.replay(run_id, secrets=[f.value for f in FAKES]) as player:
         again = chat_chunks(ReplayLLM(player).stream_chat(HELLO))
-    # the whole answer comes back with its secrets (a chunk that ended inside one holds the
-    # placeholder of the part it had, which no given secret restores)
+    # the whole answer comes back with its secrets: each chunk's text is the live answer up
+    # to where the chunk ends, less a secret not ended yet (it comes whole where it ends)
     assert len(again) == len(live) and again[-1] == live[-1]
+    for chunk, live_chunk in zip(again, live, strict=True):
+        text, live_text = chunk[1][0]["text"], live_chunk[1][0]["text"]
+        unended = live_text[len(text):]
+        assert live_text.startswith(text) and (not unended or any(
+            f.value.startswith(unended) or unended in f.value for f in FAKES))
 
 
 def _chat(texts: list[str | None]) -> dict[str, Any]:

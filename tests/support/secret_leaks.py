@@ -148,6 +148,15 @@ def leaks(blob: bytes, fakes: list[FakeSecret]) -> list[str]:
     return found
 
 
+def partial_leaks(blob: bytes, fakes: list[FakeSecret], run: int = 6) -> list[str]:
+    """The kinds of secret of which `run` characters in a row of the random core occur in
+    `blob`: a stream whose chunks each hold the start of a secret, too short for a rule to
+    recognise, leaks most of it though no chunk holds it whole."""
+    return [fake.kind for fake in fakes
+            if any(fake.marker[i:i + run].encode() in blob
+                   for i in range(len(fake.marker) - run + 1))]
+
+
 def every_place_stored(record: Callable[[Store], UUID], store: Store, dsn: str, schema: str,
                        down_cluster: PgCluster, tmp_path: Path) -> tuple[bytes, bytes]:
     """Record with `record(store)` (it returns the run id) everywhere a run's bytes are kept:
