@@ -3,6 +3,7 @@ of secrets differ from the recording's (the run was recorded under another redac
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -49,6 +50,11 @@ def secret_map(redactor: Redactor, secrets: Mapping[str, str] | Iterable[str]) -
         inner = redactor.redact_text(value)
         if inner is not value:
             found[_digest_of(redactor, inner)] = value
+        # a secret inside JSON text (a tool call's streamed arguments, a tool's JSON string
+        # result) was redacted as it is written there, escapes and all: it goes back so
+        for escaped in {json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]}:
+            if escaped != value:
+                found.setdefault(_digest_of(redactor, escaped), escaped)
     return found
 
 

@@ -249,9 +249,11 @@ class RecordingCallbackHandler(RunTreeTracker):
                 # a UI that prints them shows their keys in the model's order
                 keep_key_order(output, EVENTS_ORDER, call.events)
         redactor = self.recorder.redactor
-        if redactor is not None and "chunks" in output:
-            # (outside the lock: one scan of the whole stream)
-            output["chunks"] = redacted_chunks(output["chunks"], redactor)
+        if redactor is not None:
+            # (outside the lock: one scan of each text of the stream)
+            for key in ("chunks", EVENTS):
+                if key in output:
+                    output[key] = redacted_chunks(output[key], redactor)
         return output
 
     @_guarded

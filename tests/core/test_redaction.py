@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import hmac
+import json
 import os
 import stat
 from pathlib import Path
@@ -388,3 +389,17 @@ def test_a_fork_of_a_replay_given_the_secrets_stores_them_redacted(any_store: St
     stored = [s.output for s in any_store.load_steps(fork_id)]
     placeholder = expected_placeholder(token, "github")
     assert stored == [f"cloned with {placeholder}", f"pushed {placeholder}"]
+
+
+def test_secrets_written_escaped_in_json_text_are_handed_back_as_they_were_written(
+        any_store: Store) -> None:
+    # a tool that returns JSON as a string: a secret JSON escapes (a PEM key's newlines) is
+    # redacted as it is written there, and handed back so, given the secret itself
+    fakes = fake_secrets()
+    result = json.dumps({"config": " and ".join(f.in_text for f in fakes)})
+    with any_store.record(name="json text") as rec:
+        rec.record("tool", "read_config", {}, result)
+    (step,) = any_store.load_steps(rec.run_id)
+    assert not [f.kind for f in fakes if f.marker in str(step.output)]
+    with any_store.replay(rec.run_id, secrets=[f.value for f in fakes]) as player:
+        assert player.next("tool", "read_config", {}) == result
