@@ -8,16 +8,13 @@ times over (a 6 KB answer streamed in 1,258 chunks stored 4.2 MB). A chunk whose
 it. A text that does not continue the previous one (a provider that sends deltas only, a
 block that changed) is stored whole, as are blocks that are not text.
 
-Secrets: the recorder redacts what it stores, and a secret cut into what several chunks add
-would never be seen whole by it. So the texts are redacted first (`redacted`: the recorder's
-rules on each chunk's whole text) and compacted after: what a chunk adds is cut from the
-redacted texts, and a chunk whose redacted text does not continue the previous one (a secret
-completed: its placeholder replaced the part streamed before) is stored whole.
+Secrets: a secret cut into what several chunks add is never seen whole by the recorder's
+redaction of each stored string; the compacted chunks are redacted as a stream when the
+stream ends (`_stream_secrets`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 #: in a stored chunk's text block (or completion response): the text added to the previous
@@ -41,87 +38,6 @@ def texts_of(stored: Any) -> Texts:
         return []
     return [block["text"] if isinstance(block, dict) and isinstance(block.get("text"), str)
             else None for block in blocks]
-
-
-Place = tuple[str | int, ...]
-
-
-def _text_places(response: Any) -> list[tuple[int, Place, bool]]:
-    """Where a stored chunk's response holds text: (its position, keys from the response
-    down, whether it is whole: else it continues the previous chunk's text there)."""
-    if not isinstance(response, dict):
-        return []
-    if response.get("type") == "completion":
-        for key in ("text", CONTINUED):
-            if isinstance(response.get(key), str):
-                return [(0, (key,), key == "text")]
-        return []
-    message = response.get("message") if response.get("type") == "chat" else None
-    blocks = message.get("blocks") if isinstance(message, dict) else None
-    if not isinstance(blocks, list):
-        return []
-    return [(at, ("message", "blocks", at, key), key == "text")
-            for at, block in enumerate(blocks) if isinstance(block, dict)
-            for key in ("text", CONTINUED) if isinstance(block.get(key), str)]
-
-
-def _at(value: Any, place: Place) -> Any:
-    for key in place:
-        value = value[key]
-    return value
-
-
-def _replaced(value: Any, place: Place, new: str) -> Any:
-    """A copy of `value` with `new` at `place` (only the containers on the way are copied)."""
-    if not place:
-        return new
-    key, rest = place[0], place[1:]
-    copy: Any = list(value) if isinstance(value, list) else dict(value)
-    copy[key] = _replaced(value[key], rest, new)
-    return copy
-
-
-def redacted_stream(chunks: list[dict[str, Any]],
-                    redact_pieces: Callable[[list[str]], list[str]]) -> list[dict[str, Any]]:
-    """A stream's stored (compacted) chunks with a secret the chunks make together redacted.
-
-    A secret the model streams is cut into what several chunks add, where no redaction of a
-    single stored string sees it; and a chunk's whole text holds the first part of a secret
-    that ends in a later chunk, too short to be recognised there. So the pieces of each text
-    (a chunk's whole text, then what each chunk after it adds) and the chunks' deltas are
-    redacted as the texts they make: the parts of a secret are taken out of every chunk, its
-    placeholder put in the chunk where it ends. A changed chunk loses its `raw` payload too:
-    the provider's chunk holds the same piece.
-    """
-    texts: list[list[tuple[int, Place]]] = []
-    open_texts: dict[int, list[tuple[int, Place]]] = {}
-    deltas: list[tuple[int, Place]] = []
-    for number, chunk in enumerate(chunks):
-        response = chunk.get("response")
-        for at, place, whole in _text_places(response):
-            going = open_texts.get(at)
-            if whole or going is None or going[-1][0] != number - 1:
-                going = open_texts[at] = []
-                texts.append(going)
-            going.append((number, ("response", *place)))
-        if isinstance(response, dict) and isinstance(response.get("delta"), str):
-            deltas.append((number, ("response", "delta")))
-    edits: dict[int, list[tuple[Place, str]]] = {}
-    for members in [*texts, deltas]:
-        pieces = [_at(chunks[number], place) for number, place in members]
-        for (number, place), before, after in zip(members, pieces, redact_pieces(pieces),
-                                                  strict=True):
-            if after != before:
-                edits.setdefault(number, []).append((place, after))
-    if not edits:
-        return chunks
-    out = list(chunks)
-    for number, changes in edits.items():
-        changed: Any = chunks[number]
-        for place, new in changes:
-            changed = _replaced(changed, place, new)
-        out[number] = {**changed, "response": {**changed["response"], "raw": None}}
-    return out
 
 
 def _added(text: str | None, previous: Texts, at: int) -> str | None:

@@ -19,7 +19,6 @@ from agentreplay_core._recorded_errors import error_to_record
 from agentreplay_llamaindex._chunk_texts import (
     Texts,
     compacted,
-    redacted_stream,
     texts_of,
 )
 from agentreplay_llamaindex._compat import is_wrapper_llm
@@ -31,6 +30,7 @@ from agentreplay_llamaindex._convert import (
     tool_selections_json,
 )
 from agentreplay_llamaindex._responses import response_json
+from agentreplay_llamaindex._stream_secrets import redacted_stream
 from agentreplay_llamaindex._tree import SpanInfo, SpanTree
 
 

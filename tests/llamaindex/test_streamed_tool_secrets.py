@@ -1,0 +1,200 @@
+"""A secret a model streams in its reasoning or in a tool call's arguments, as LlamaIndex's
+OpenAI integration streams them (each chunk with the reasoning and arguments so far, in
+blocks and in `additional_kwargs`, and the piece it adds), is stored as its placeholder: no
+chunk holds any part of it, and the replay streams the redacted call, or the live one when
+given the secrets."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import Generator, Sequence
+from typing import Any
+
+import pytest
+from llama_index.core.base.llms import types
+from llama_index.core.base.llms.types import (
+    ChatMessage,
+    ChatResponse,
+    LLMMetadata,
+    MessageRole,
+    TextBlock,
+)
+from llama_index.core.llms.callbacks import llm_chat_callback
+from llama_index.core.llms.function_calling import FunctionCallingLLM
+from llama_index.core.llms.llm import ToolSelection
+
+from agentreplay_core import Store
+from agentreplay_core._codec import canonical_bytes
+from agentreplay_llamaindex import ReplayLLM, instrument
+from tests.llamaindex.models import aiterate
+from tests.support.secret_leaks import fake_secrets, leaks, partial_leaks
+
+FAKES = fake_secrets()
+SAID = "Sending what the config holds: " + " and ".join(f.in_text for f in FAKES)
+ARGS = json.dumps({"to": "ops", "body": SAID})
+HELLO = [ChatMessage(role=MessageRole.USER, content="send the config to ops")]
+#: reasoning and tool-call blocks came with llama-index-core 0.14: before, the integrations
+#: streamed tool calls in `additional_kwargs` only, and reasoning as `thinking_delta`
+BLOCKS = hasattr(types, "ThinkingBlock") and hasattr(types, "ToolCallBlock")
+
+
+@pytest.fixture(autouse=True)
+def _redaction_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTREPLAY_REDACTION_KEY", "llamaindex-tool-secrets-key")
+
+
+def partial_json(text: str) -> dict[str, Any]:
+    """Arguments streamed so far, read as far as they go (as integrations read them)."""
+    for ending in ("", '"}', "}"):
+        try:
+            parsed = json.loads(text + ending)
+        except ValueError:
+            continue
+        return parsed if isinstance(parsed, dict) else {}
+    return {}
+
+
+def _blocks(reasoning: str, arguments: str | None = None) -> list[Any]:
+    if not BLOCKS:
+        return [TextBlock(text="")]
+    blocks = [types.ThinkingBlock(content=reasoning), TextBlock(text="")]
+    if arguments is not None:
+        blocks.append(types.ToolCallBlock(tool_call_id="call_1", tool_name="send",
+                                          tool_kwargs=arguments))
+    return blocks
+
+
+class ConfidingCaller(FunctionCallingLLM):
+    """Thinks aloud about the credentials it read, then passes them to a tool, 4 characters
+    a chunk, each chunk as LlamaIndex's OpenAI integration makes it."""
+
+    @property
+    def metadata(self) -> LLMMetadata:
+        return LLMMetadata(model_name="confiding-caller", is_chat_model=True,
+                           is_function_calling_model=True)
+
+    def _chunks(self) -> Generator[ChatResponse, None, None]:
+        reasoning = arguments = ""
+        for piece in [SAID[i:i + 4] for i in range(0, len(SAID), 4)]:
+            reasoning += piece
+            yield ChatResponse(
+                message=ChatMessage(role=MessageRole.ASSISTANT, blocks=_blocks(reasoning)),
+                delta="", raw={"reasoning": piece}, additional_kwargs={"thinking_delta": piece})
+        for piece in [ARGS[i:i + 4] for i in range(0, len(ARGS), 4)]:
+            arguments += piece
+            call = {"id": "call_1", "type": "function",
+                    "function": {"name": "send", "arguments": arguments}}
+            yield ChatResponse(
+                message=ChatMessage(role=MessageRole.ASSISTANT,
+                                    blocks=_blocks(reasoning, arguments),
+                                    additional_kwargs={"tool_calls": [call]}),
+                delta="", raw={"arguments": piece})
+
+    @llm_chat_callback()
+    def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+        *_, last = self._chunks()
+        return last
+
+    @llm_chat_callback()
+    async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+        *_, last = self._chunks()
+        return last
+
+    @llm_chat_callback()
+    def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> Any:
+        return self._chunks()
+
+    @llm_chat_callback()
+    async def astream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> Any:
+        return aiterate(list(self._chunks()))
+
+    def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+    async def acomplete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+    def stream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+    async def astream_complete(self, prompt: str, formatted: bool = False,
+                               **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+    def _prepare_chat_with_tools(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def get_tool_calls_from_response(self, response: ChatResponse,
+                                     error_on_no_tool_call: bool = True, **kwargs: Any
+                                     ) -> list[ToolSelection]:
+        calls = response.message.additional_kwargs.get("tool_calls") or []
+        return [ToolSelection(tool_id=c["id"], tool_name=c["function"]["name"],
+                              tool_kwargs=partial_json(c["function"]["arguments"]))
+                for c in calls]
+
+
+def placeholders_as_rules(value: Any) -> str:
+    return re.sub(r"<secret:([a-z_]+):[0-9a-f]+>", r"<secret:\1>", json.dumps(value))
+
+
+def view(chunk: ChatResponse, llm: Any) -> dict[str, Any]:
+    blocks = [b.model_dump() for b in chunk.message.blocks]
+    calls = chunk.message.additional_kwargs.get("tool_calls")
+    return {"blocks": blocks, "kwargs": chunk.message.additional_kwargs,
+            "reasoning": next((b["content"] for b in blocks if "content" in b), None),
+            "arguments": next((b["tool_kwargs"] for b in blocks if "tool_kwargs" in b), None),
+            "kwargs_arguments": calls[0]["function"]["arguments"] if calls else None,
+            "thinking_delta": chunk.additional_kwargs.get("thinking_delta"),
+            "tool_calls": [c.model_dump() for c in
+                           llm.get_tool_calls_from_response(chunk, error_on_no_tool_call=False)]}
+
+
+def streamed(llm: Any, asynchronous: bool) -> list[dict[str, Any]]:
+    async def astream() -> list[ChatResponse]:
+        return [c async for c in await llm.astream_chat(HELLO)]
+
+    chunks = asyncio.run(astream()) if asynchronous else list(llm.stream_chat(HELLO))
+    return [view(chunk, llm) for chunk in chunks]
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_secrets_streamed_in_reasoning_and_tool_arguments_are_never_stored(
+        li_store: Store, asynchronous: bool) -> None:
+    llm = ConfidingCaller()
+    with li_store.record(name="tool-secrets") as rec, instrument(rec):
+        live = streamed(llm, asynchronous)
+    assert live[-1]["tool_calls"][0]["tool_kwargs"]["body"] == SAID
+    [step] = li_store.load_steps(rec.run_id)
+    stored = canonical_bytes(step.output)
+    # no part of a secret: each chunk holds the reasoning and arguments so far, whose first
+    # part of a secret that ends in a later chunk is too short for its rule to recognise
+    assert leaks(stored, FAKES) == [] and partial_leaks(stored, FAKES) == []
+
+    with li_store.replay(rec.run_id) as player:
+        redacted = streamed(ReplayLLM(player), asynchronous)
+    assert len(redacted) == len(live)
+    assert partial_leaks(json.dumps(redacted).encode(), FAKES) == []
+    last = redacted[-1]
+    assert "<secret:" in last["tool_calls"][0]["tool_kwargs"]["body"]
+    # (the arguments' text redacted in pieces, their parsed form as a whole: the same, but
+    # for a secret JSON escapes, which has a placeholder of its own in the text)
+    assert placeholders_as_rules(json.loads(last["kwargs_arguments"])) == \
+        placeholders_as_rules(last["tool_calls"][0]["tool_kwargs"])
+    thought = "".join(chunk["thinking_delta"] or "" for chunk in redacted)
+    assert "<secret:" in thought
+    if BLOCKS:
+        assert last["arguments"] == last["kwargs_arguments"] and last["reasoning"] == thought
+
+    with li_store.replay(rec.run_id, secrets=[f.value for f in FAKES]) as player:
+        again = streamed(ReplayLLM(player), asynchronous)
+    assert again[-1] == live[-1]
+    # each chunk holds what the live one held, less a secret not ended yet
+    for chunk, live_chunk in zip(again, live, strict=True):
+        for field in ("reasoning", "arguments", "kwargs_arguments"):
+            text, live_text = chunk[field] or "", live_chunk[field] or ""
+            unended = live_text[len(text):]
+            assert live_text.startswith(text)
+            assert not unended or any(unended in value for f in FAKES
+                                      for value in (f.value, json.dumps(f.value)[1:-1]))
