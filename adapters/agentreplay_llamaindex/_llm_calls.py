@@ -16,6 +16,7 @@ from llama_index.core.llms.function_calling import FunctionCallingLLM
 
 from agentreplay_core import Recorder
 from agentreplay_core._recorded_errors import error_to_record
+from agentreplay_llamaindex._chunk_growth import compacted_growth
 from agentreplay_llamaindex._chunk_texts import (
     Texts,
     compacted,
@@ -249,6 +250,7 @@ def write_call(recorder: Recorder, call: LlmCall, *, response: Any, abandoned: b
     if call.stream:
         chunks = call.chunks if recorder.redactor is None \
             else redacted_stream(call.chunks, recorder.redactor.redact_pieces)
+        chunks = compacted_growth(chunks)  # after redaction: what a chunk adds is redacted
         output.update(stream=True, chunks=chunks, abandoned=abandoned, error=error)
     recorder.record("llm", call.name, call.request, output, path=call.path,
                     started_at=call.started, duration_ms=_ms(call))

@@ -25,6 +25,7 @@ from pydantic import Field, PrivateAttr
 
 from agentreplay_core import Player, Recorder, ReplayDivergence
 from agentreplay_core._recorded_errors import error_from_record
+from agentreplay_llamaindex._chunk_growth import expanded_growth
 from agentreplay_llamaindex._chunk_texts import expanded, texts_of
 from agentreplay_llamaindex._convert import (
     llm_match_key,
@@ -51,13 +52,16 @@ _REMEMBERED = 256
 def _recorded_chunks(chunks: list[dict[str, Any]]
                      ) -> list[tuple[Any, list[dict[str, Any]] | None]]:
     """A recorded stream's responses, each with its tool calls; a chunk stored with what it
-    adds to the one before it gets its whole text back."""
+    adds to the one before it gets its whole texts back."""
     served: list[tuple[Any, list[dict[str, Any]] | None]] = []
     previous: list[str | None] = []
+    before: dict[str, Any] | None = None
     for chunk in chunks:
-        stored = expanded(chunk["response"], previous)
+        whole = expanded_growth(chunk, before)
+        stored = expanded(whole["response"], previous)
         previous = texts_of(stored)
-        served.append((response_from_json(stored), chunk.get("tool_calls")))
+        before = {**whole, "response": stored}
+        served.append((response_from_json(stored), whole.get("tool_calls")))
     return served
 
 
@@ -80,6 +84,7 @@ class ReplayLLM(FunctionCallingLLM):
     _player: Player = PrivateAttr()
     _meta: dict[str, Any] = PrivateAttr()
     _served: list[tuple[Any, list[dict[str, Any]] | None]] = PrivateAttr()
+    _window: int = PrivateAttr()
     _live: LiveLLM | None = PrivateAttr()
     _legacy: bool = PrivateAttr()
 
@@ -91,6 +96,9 @@ class ReplayLLM(FunctionCallingLLM):
         self._meta = recorded_llm_metadata(player, resolved)
         self._legacy = has_legacy_llm_steps(player, resolved)
         self._served = []
+        #: how many served responses are remembered: all of the longest stream's chunks (a
+        #: program may ask for the tool calls of each after the stream ended)
+        self._window = _REMEMBERED
         self._live = None if live is None else LiveLLM(live, resolved, self._remember)
 
     @classmethod
@@ -188,7 +196,7 @@ class ReplayLLM(FunctionCallingLLM):
 
     def _remember(self, response: Any, tool_calls: list[dict[str, Any]] | None) -> None:
         self._served.append((response, tool_calls))
-        del self._served[:-_REMEMBERED]
+        del self._served[:-self._window]
 
     def _chunks(self, out: dict[str, Any]) -> list[tuple[Any, list[dict[str, Any]] | None]]:
         """The responses to yield: the recorded chunks, or the whole response as one chunk."""
@@ -212,7 +220,9 @@ class ReplayLLM(FunctionCallingLLM):
         return response
 
     def _stream(self, out: dict[str, Any]) -> Generator[Any, None, None]:
-        for response, tool_calls in self._chunks(out):
+        chunks = self._chunks(out)
+        self._window = max(self._window, len(chunks))
+        for response, tool_calls in chunks:
             self._remember(response, tool_calls)
             yield response
         if out.get("error"):  # the recorded stream failed after these chunks

@@ -25,8 +25,10 @@ from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_ca
 from agentreplay_core import Store
 from agentreplay_core._codec import canonical_bytes
 from agentreplay_llamaindex import ReplayLLM, instrument
+from agentreplay_llamaindex._chunk_growth import GROWN, expanded_growth
 from agentreplay_llamaindex._chunk_texts import compacted, expanded, texts_of
 from tests.llamaindex.models import aiterate, sample
+from tests.llamaindex.test_streamed_tool_secrets import ConfidingCaller, streamed
 from tests.support.secret_leaks import fake_secrets, leaks, partial_leaks
 
 HELLO = [ChatMessage(role=MessageRole.USER, content="tell me everything")]
@@ -234,3 +236,36 @@ def test_compacting_chunks_loses_nothing(steps: list[list[str | None]], grow: bo
     # recordings made before compaction hold every text whole: they are served as they are
     before: list[Any] = [{}, *chats]
     assert [expanded(c, texts_of(p)) for p, c in zip(before, chats, strict=False)] == chats
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_reasoning_and_tool_arguments_are_stored_as_what_each_chunk_adds(
+        li_store: Store, asynchronous: bool) -> None:
+    """Each chunk holds the reasoning and the tool call's arguments so far (in blocks, in
+    `additional_kwargs`, in the tool calls read from it): stored whole, a stream took space
+    quadratic in them. The replay yields every chunk as it was, and the tool calls of each,
+    asked for after the stream ended."""
+    sizes = []
+    for words in (100, 400):
+        said = " ".join(sample() for _ in range(words))
+        llm = ConfidingCaller(said=said)
+        with li_store.record(name="reasoning") as rec, instrument(rec):
+            live = streamed(llm, asynchronous)
+        assert live[-1]["tool_calls"][0]["tool_kwargs"]["body"] == said
+        [step] = li_store.load_steps(rec.run_id)
+        sizes.append(len(canonical_bytes(step.output)))
+        with li_store.replay(rec.run_id) as player:
+            assert streamed(ReplayLLM(player), asynchronous) == live
+    # 4 times the words, 4 times the chunks: linear, about 4 times the bytes (quadratic: 16)
+    assert sizes[1] < 6 * sizes[0]
+
+
+def test_a_damaged_grown_chunk_is_refused_by_name() -> None:
+    grown = {"response": {"message": {"blocks": [{"content": ""}]}},
+             GROWN: [[["response", "message", "blocks", 0, "content"], "more"]]}
+    with pytest.raises(ValueError, match="chunk before it, which is missing"):
+        expanded_growth(grown, None)
+    with pytest.raises(ValueError, match=r"string at \['response', 'message', 'blocks', 0"):
+        expanded_growth(grown, {"response": {"message": {"blocks": []}}})
+    whole = expanded_growth(grown, {"response": {"message": {"blocks": [{"content": "so "}]}}})
+    assert whole == {"response": {"message": {"blocks": [{"content": "so more"}]}}}

@@ -67,8 +67,10 @@ def _blocks(reasoning: str, arguments: str | None = None) -> list[Any]:
 
 
 class ConfidingCaller(FunctionCallingLLM):
-    """Thinks aloud about the credentials it read, then passes them to a tool, 4 characters
-    a chunk, each chunk as LlamaIndex's OpenAI integration makes it."""
+    """Thinks aloud about the credentials it read (`said`), then passes them to a tool, 4
+    characters a chunk, each chunk as LlamaIndex's OpenAI integration makes it."""
+
+    said: str = SAID
 
     @property
     def metadata(self) -> LLMMetadata:
@@ -77,12 +79,13 @@ class ConfidingCaller(FunctionCallingLLM):
 
     def _chunks(self) -> Generator[ChatResponse, None, None]:
         reasoning = arguments = ""
-        for piece in [SAID[i:i + 4] for i in range(0, len(SAID), 4)]:
+        for piece in [self.said[i:i + 4] for i in range(0, len(self.said), 4)]:
             reasoning += piece
             yield ChatResponse(
                 message=ChatMessage(role=MessageRole.ASSISTANT, blocks=_blocks(reasoning)),
                 delta="", raw={"reasoning": piece}, additional_kwargs={"thinking_delta": piece})
-        for piece in [ARGS[i:i + 4] for i in range(0, len(ARGS), 4)]:
+        arguments_text = json.dumps({"to": "ops", "body": self.said})
+        for piece in [arguments_text[i:i + 4] for i in range(0, len(arguments_text), 4)]:
             arguments += piece
             call = {"id": "call_1", "type": "function",
                     "function": {"name": "send", "arguments": arguments}}
