@@ -43,8 +43,8 @@ def _text_places(response: Any) -> list[tuple[int, Place, bool]]:
     blocks = message.get("blocks") if isinstance(message, dict) else None
     if not isinstance(blocks, list):
         return []
-    return [(at, ("message", "blocks", at, key), key == "text")
-            for at, block in enumerate(blocks) if isinstance(block, dict)
+    return [(position, ("message", "blocks", position, key), key == "text")
+            for position, block in enumerate(blocks) if isinstance(block, dict)
             for key in ("text", CONTINUED) if isinstance(block.get(key), str)]
 
 
