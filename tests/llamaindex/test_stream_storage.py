@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from llama_index.core.base.llms import types
 from llama_index.core.base.llms.types import (
     ChatMessage,
     ChatResponse,
@@ -25,10 +26,10 @@ from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_ca
 from agentreplay_core import Store
 from agentreplay_core._codec import canonical_bytes
 from agentreplay_llamaindex import ReplayLLM, instrument
-from agentreplay_llamaindex._chunk_growth import GROWN, expanded_growth
+from agentreplay_llamaindex._chunk_growth import GROWN, compacted_growth, expanded_growth
 from agentreplay_llamaindex._chunk_texts import compacted, expanded, texts_of
 from tests.llamaindex.models import aiterate, sample
-from tests.llamaindex.test_streamed_tool_secrets import ConfidingCaller, streamed
+from tests.llamaindex.test_streamed_tool_secrets import BLOCKS, ConfidingCaller, streamed
 from tests.support.secret_leaks import fake_secrets, leaks, partial_leaks
 
 HELLO = [ChatMessage(role=MessageRole.USER, content="tell me everything")]
@@ -269,3 +270,23 @@ def test_a_damaged_grown_chunk_is_refused_by_name() -> None:
         expanded_growth(grown, {"response": {"message": {"blocks": []}}})
     whole = expanded_growth(grown, {"response": {"message": {"blocks": [{"content": "so "}]}}})
     assert whole == {"response": {"message": {"blocks": [{"content": "so more"}]}}}
+
+
+@given(st.lists(st.tuples(st.text(max_size=90), st.booleans(), st.text(max_size=90)),
+                max_size=8))
+def test_storing_what_strings_grow_by_loses_nothing(
+        steps: list[tuple[str, bool, str]]) -> None:
+    # each chunk holds a string in a dict and one in a block object; a step either adds to
+    # the chunk before's (grows) or starts again
+    chunks: list[dict[str, Any]] = []
+    thought = arguments = ""
+    for added, grows, other in steps:
+        thought, arguments = (thought + added, arguments + other) if grows else (added, other)
+        block = types.ThinkingBlock(content=thought) if BLOCKS else TextBlock(text=thought)
+        chunks.append({"response": {"message": {"blocks": [block], "additional_kwargs": {
+            "tool_calls": [{"function": {"arguments": arguments}}]}}}, "tool_calls": None})
+    stored = compacted_growth(chunks)
+    whole: list[dict[str, Any]] = []
+    for chunk in stored:
+        whole.append(expanded_growth(chunk, whole[-1] if whole else None))
+    assert whole == chunks
