@@ -13,6 +13,7 @@ from collections.abc import Generator, Sequence
 from typing import Any
 
 import pytest
+from llama_index.core.agent.workflow import FunctionAgent
 from llama_index.core.base.llms import types
 from llama_index.core.base.llms.types import (
     ChatMessage,
@@ -24,10 +25,11 @@ from llama_index.core.base.llms.types import (
 from llama_index.core.llms.callbacks import llm_chat_callback
 from llama_index.core.llms.function_calling import FunctionCallingLLM
 from llama_index.core.llms.llm import ToolSelection
+from llama_index.core.tools import BaseTool, FunctionTool
 
 from agentreplay_core import Store
 from agentreplay_core._codec import canonical_bytes
-from agentreplay_llamaindex import ReplayLLM, instrument
+from agentreplay_llamaindex import ReplayLLM, instrument, replay_tools
 from tests.llamaindex.models import aiterate
 from tests.support.secret_leaks import fake_secrets, leaks, partial_leaks
 
@@ -105,13 +107,22 @@ class ConfidingCaller(FunctionCallingLLM):
         *_, last = self._chunks()
         return last
 
+    def _answer(self, messages: Sequence[ChatMessage]) -> Generator[ChatResponse, None, None]:
+        """The chunks, or, once the tool answered, a last word quoting what it said."""
+        if messages and messages[-1].role == MessageRole.TOOL:
+            text = f"done: {messages[-1].content}"
+            yield ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content=text),
+                               delta=text)
+            return
+        yield from self._chunks()
+
     @llm_chat_callback()
     def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> Any:
-        return self._chunks()
+        return self._answer(messages)
 
     @llm_chat_callback()
     async def astream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> Any:
-        return aiterate(list(self._chunks()))
+        return aiterate(list(self._answer(messages)))
 
     def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> Any:
         raise NotImplementedError
@@ -126,8 +137,16 @@ class ConfidingCaller(FunctionCallingLLM):
                                **kwargs: Any) -> Any:
         raise NotImplementedError
 
-    def _prepare_chat_with_tools(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        raise NotImplementedError
+    def _prepare_chat_with_tools(
+        self, tools: Sequence[BaseTool], user_msg: str | ChatMessage | None = None,
+        chat_history: list[ChatMessage] | None = None, verbose: bool = False,
+        allow_parallel_tool_calls: bool = False, tool_required: bool = False, **kwargs: Any,
+    ) -> dict[str, Any]:
+        messages = list(chat_history or [])
+        if user_msg is not None:
+            messages.append(user_msg if isinstance(user_msg, ChatMessage)
+                            else ChatMessage(role=MessageRole.USER, content=user_msg))
+        return {"messages": messages, "tools": [t.metadata.to_openai_tool() for t in tools]}
 
     def get_tool_calls_from_response(self, response: ChatResponse,
                                      error_on_no_tool_call: bool = True, **kwargs: Any
@@ -201,3 +220,33 @@ def test_secrets_streamed_in_reasoning_and_tool_arguments_are_never_stored(
             assert live_text.startswith(text)
             assert not unended or any(unended in value for f in FAKES
                                       for value in (f.value, json.dumps(f.value)[1:-1]))
+
+
+def test_an_agent_that_streams_a_secret_into_a_tool_call_replays_without_it(
+        li_store: Store) -> None:
+    """A FunctionAgent reads the tool call from each streamed chunk, then runs the tool with
+    the arguments of the last: the replay serves the redacted call, and the tool's recorded
+    result, to the same end."""
+    sent: list[str] = []
+
+    def send(to: str, body: str) -> str:
+        """Send a message."""
+        sent.append(body)
+        return f"sent {len(body)} characters to {to}"
+
+    async def run(llm: Any, tools: list[Any]) -> str:
+        agent = FunctionAgent(tools=tools, llm=llm, streaming=True)
+        output: Any = await agent.run(user_msg="send the config to ops")
+        return str(output.response.content)
+
+    tools = [FunctionTool.from_defaults(fn=send)]
+    with li_store.record(name="agent-tool-secrets") as rec, instrument(rec):
+        live = asyncio.run(run(ConfidingCaller(), tools))
+    assert sent == [SAID] and live == f"done: sent {len(SAID)} characters to ops"
+    steps = li_store.load_steps(rec.run_id)
+    assert [s.kind for s in steps] == ["llm", "tool", "llm"]
+    stored = b"".join(canonical_bytes([s.input, s.output]) for s in steps)
+    assert leaks(stored, FAKES) == [] and partial_leaks(stored, FAKES) == []
+    with li_store.replay(rec.run_id) as player:
+        assert asyncio.run(run(ReplayLLM(player), replay_tools(player, tools))) == live
+    assert sent == [SAID]  # the tool did not run again
