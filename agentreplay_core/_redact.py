@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import os
 import re
 import threading
@@ -71,6 +72,17 @@ class _RedactWalk(TreeTransform):
 
     def secret_text(self, s: str, rule: str) -> str:
         return self._redactor._secret_value(s, rule)
+
+
+def _unescaped(written: str) -> str:
+    """A secret as it was before JSON escaped it (as written, if it is no JSON string text)."""
+    if "\\" not in written:
+        return written
+    try:
+        value = json.loads(f'"{written}"')
+    except ValueError:
+        return written
+    return value if isinstance(value, str) else written
 
 
 class Redactor:
@@ -197,11 +209,15 @@ class Redactor:
         """`text` with the secrets found by the pattern rules replaced."""
         return self._text(text, self._scanner)
 
-    def redact_pieces(self, pieces: Sequence[str]) -> list[str]:
+    def redact_pieces(self, pieces: Sequence[str], *, json_text: bool = False) -> list[str]:
         """The pieces of a streamed text (each chunk's delta) redacted as the text they make:
         a secret cut across pieces, which no piece shows whole, is taken out of each of them
         and its placeholder put in the piece where it ends. Joined, they are `redact_text` of
-        the joined pieces; pieces without a secret come back as they were."""
+        the joined pieces; pieces without a secret come back as they were.
+
+        `json_text`: the pieces make JSON (a tool call's streamed arguments). A secret written
+        there with escapes (a PEM key's `\\n`) then gets the placeholder of the secret itself,
+        as in the arguments once parsed: the call that reaches the tool matches its step."""
         text = "".join(pieces)
         spans = self._scanner.find(text) if len(text) >= self._scanner.min_length else []
         if not spans:
@@ -218,7 +234,9 @@ class Redactor:
                 if first > cursor:
                     kept.append(text[cursor:first])
                 if last <= end:  # the secret ends in this piece: its placeholder goes here
-                    kept.append(self.placeholder(text[first:last], rule))
+                    secret = text[first:last]
+                    kept.append(self.placeholder(
+                        _unescaped(secret) if json_text else secret, rule))
                 cursor = max(cursor, min(last, end))
             kept.append(text[cursor:end])
             out.append("".join(kept))

@@ -15,7 +15,9 @@ token), reasoning blocks, each tool call's arguments (`tool_call_chunks`, OpenAI
 `additional_kwargs`, Anthropic-style `input_json_delta` blocks, v1 `tool_call_chunk` blocks),
 and the deltas of langchain-core 1.8's protocol events. A chunk whose tool-call pieces changed
 gets its parsed `tool_calls` / `invalid_tool_calls` made again from them, as LangChain makes
-them, so that these hold no piece of the secret either.
+them, so that these hold no piece of the secret either. A secret that JSON escapes (a PEM key)
+gets, in the arguments' text, the placeholder of the secret itself: a replay that merges the
+chunks then calls the tool as the recorded call did.
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ _BLOCK_TEXTS = {"text": "text", "thinking": "thinking", "reasoning": "reasoning"
 _BLOCK_STREAM = {"input_json_delta": "tool_call_chunk"}
 #: the fields of a protocol event's block or delta that stream text
 _EVENT_TEXTS = ("text", "reasoning", "args")
+#: the texts that are JSON: tool calls' arguments (see `Redactor.redact_pieces(json_text=)`)
+_JSON_TEXTS = frozenset({"tool_call_chunks", "kwargs_tool_calls", "function_call",
+                         "tool_call_chunk"})
 
 
 def _index(item: dict[str, Any], position: Any) -> Any:
@@ -114,6 +119,12 @@ def _places(item: Any, number: int) -> Iterator[tuple[Hashable, Place]]:
     yield from _tool_call_places(fields, number)
 
 
+def _is_json(key: Hashable) -> bool:
+    """Whether the text of `key` is JSON: a tool call's arguments."""
+    kind = key[0] if isinstance(key, tuple) else key
+    return kind in _JSON_TEXTS or (kind == "event" and isinstance(key, tuple) and key[-1] == "args")
+
+
 def _at(value: Any, place: Place) -> Any:
     for key in place:
         value = value[key]
@@ -152,9 +163,9 @@ def redacted_chunks(chunks: list[Any], redactor: Redactor) -> list[Any]:
         for key, place in _places(chunk, number):
             texts.setdefault(key, []).append((number, place))
     edits: dict[int, list[tuple[Place, str]]] = {}
-    for members in texts.values():
+    for key, members in texts.items():
         pieces = [_at(chunks[number], place) for number, place in members]
-        redacted = redactor.redact_pieces(pieces)
+        redacted = redactor.redact_pieces(pieces, json_text=_is_json(key))
         for (number, place), before, after in zip(members, pieces, redacted, strict=True):
             if after != before:
                 edits.setdefault(number, []).append((place, after))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -38,3 +39,19 @@ def test_pieces_join_to_the_redacted_text_and_hold_no_secret(cuts: list[int]) ->
 def test_pieces_without_secrets_come_back_unchanged() -> None:
     pieces = ["a harmless ", "stream of ", "", "words"]
     assert Redactor(key=KEY).redact_pieces(pieces) == pieces
+
+
+def test_a_secret_escaped_in_json_pieces_gets_the_placeholder_of_the_secret_itself() -> None:
+    # a tool call's streamed arguments: the PEM key's newlines are written `\n` there, and
+    # the call's parsed arguments (what the tool's step stores) hold the key itself
+    [pem] = [f.value for f in FAKES if f.kind == "pem"]
+    arguments = json.dumps({"key": pem, "note": 'a "quoted" word'})
+    pieces = [arguments[i:i + 5] for i in range(0, len(arguments), 5)]
+    redactor = Redactor(key=KEY)
+    as_json = "".join(redactor.redact_pieces(pieces, json_text=True))
+    assert json.loads(as_json) == {"key": redactor.placeholder(pem, "private_key"),
+                                   "note": 'a "quoted" word'}
+    assert json.loads(as_json) == redactor.redact(json.loads(arguments))
+    # as plain text the placeholder is that of the text as written
+    as_text = "".join(redactor.redact_pieces(pieces))
+    assert as_text == redactor.redact_text(arguments) != as_json

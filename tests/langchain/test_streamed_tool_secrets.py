@@ -8,19 +8,22 @@ from __future__ import annotations
 import json
 import re
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessageChunk, BaseMessage
+from langchain_core.messages import AIMessageChunk, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.messages.tool import tool_call_chunk
 from langchain_core.outputs import ChatGenerationChunk, ChatResult
+from langchain_core.runnables import Runnable
+from langchain_core.tools import tool
+from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from agentreplay_core import Store
 from agentreplay_core._codec import canonical_bytes
-from agentreplay_langchain import RecordingCallbackHandler, ReplayChatModel
+from agentreplay_langchain import RecordingCallbackHandler, ReplayChatModel, instrument
 from agentreplay_langchain._convert import revive
 from tests.langchain.test_streamed_secrets import FAKES, pieces
 from tests.support.secret_leaks import leaks
@@ -113,6 +116,16 @@ def placeholders_as_rules(value: Any) -> str:
     return re.sub(r"<secret:([a-z_]+):[0-9a-f]+>", r"<secret:\1>", json.dumps(value))
 
 
+def parsed(value: Any) -> Any:
+    """`value` with the arguments' texts in it parsed, as LangChain parses them."""
+    if isinstance(value, dict):
+        return {k: json.loads(v, strict=False) if k in ("args", "arguments", "partial_json")
+                and isinstance(v, str) else parsed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [parsed(v) for v in value]
+    return value
+
+
 def view(message: AIMessageChunk) -> dict[str, Any]:
     return {"content": message.content, "tool_calls": message.tool_calls,
             "invalid_tool_calls": message.invalid_tool_calls,
@@ -142,7 +155,10 @@ def test_a_secret_streamed_in_tool_call_arguments_is_stored_as_its_placeholder(
     assert "<secret:" in json.dumps(view(redacted))
     with store.replay(rec.run_id, secrets=[f.value for f in FAKES]) as player:
         again = streamed(ReplayChatModel(player=player))
-    assert view(again) == view(live)
+    # the same call; a secret that JSON escapes (the PEM key) comes back into the arguments'
+    # text as itself, unescaped (its placeholder there is the secret's, for the call to match
+    # the tool's recorded step), which reads as the same JSON
+    assert parsed(view(again)) == parsed(view(live))
 
 
 def joined_args(events: list[dict[str, Any]]) -> str:
@@ -174,6 +190,62 @@ def test_a_secret_in_protocol_event_deltas_is_stored_as_its_placeholder(store: S
         again = events(ReplayChatModel(player=player))
     # each secret whole in the delta where it ended: the events join to the live ones
     assert [e["event"] for e in again] == [e["event"] for e in live]
-    assert joined_args(again) == joined_args(live) == ARGS
+    assert json.loads(joined_args(again), strict=False) == json.loads(joined_args(live)) == \
+        json.loads(ARGS)
     assert [e for e in again if e["event"] != "content-block-delta"] == [
         e for e in live if e["event"] != "content-block-delta"]
+
+
+class Agentic(CallingTool):
+    """`CallingTool` as an agent's model: it takes tools, and once the tool answered it says
+    what the tool said."""
+
+    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Runnable[Any, Any]:
+        return self.bind(tools=[convert_to_openai_tool(t) for t in tools])
+
+    def _stream(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                run_manager: CallbackManagerForLLMRun | None = None,
+                **kwargs: Any) -> Iterator[ChatGenerationChunk]:
+        if not isinstance(messages[-1], ToolMessage):
+            yield from super()._stream(messages, stop, run_manager, **kwargs)
+            return
+        chunk = ChatGenerationChunk(message=AIMessageChunk(content=f"done: {messages[-1].text}"))
+        if run_manager:
+            run_manager.on_llm_new_token(chunk.text, chunk=chunk)
+        yield chunk
+
+
+def test_an_agent_streamed_with_a_secret_in_a_tool_call_replays(store: Store) -> None:
+    """`create_agent` streamed by messages: LangChain merges the model's chunks into the call
+    that reaches the tool, in replay too. A secret that JSON escapes (the PEM key) must get
+    the same placeholder in the merged arguments as in the tool's recorded step, or the
+    replay diverges at the tool (found while testing: it did)."""
+    agents = pytest.importorskip("langchain.agents", reason="create_agent is langchain 1.x")
+    from agentreplay_langchain import ReplayMiddleware
+
+    sent: list[str] = []
+
+    @tool
+    def send(to: str, body: str) -> str:
+        """Send a message."""
+        sent.append(body)
+        return f"sent {len(body)} characters to {to}"
+
+    def run(middleware: list[Any], **config: Any) -> list[BaseMessage]:
+        agent = agents.create_agent(Agentic(shape="tool_call_chunks"), [send],
+                                    middleware=middleware)
+        streamed = agent.stream({"messages": [HumanMessage("send the config to ops")]},
+                                config, stream_mode=["messages", "values"])
+        messages: list[BaseMessage] = [
+            state for mode, state in streamed if mode == "values"][-1]["messages"]
+        return messages
+
+    with store.record(name="agent-tool-secrets") as rec:
+        live = run([], callbacks=[RecordingCallbackHandler(rec)])
+    assert sent == [SAID] and live[-1].text == f"done: sent {len(SAID)} characters to ops"
+    steps = store.load_steps(rec.run_id)
+    assert [s.kind for s in steps] == ["llm", "tool", "llm"]
+    assert leaks(joined_by_place(steps[0].output["chunks"]), FAKES) == []
+    with store.replay(rec.run_id) as player, instrument(player):
+        replayed = run([ReplayMiddleware(player)])
+    assert replayed[-1].text == live[-1].text and sent == [SAID]  # the tool did not run again
