@@ -72,8 +72,8 @@ def _tool_call_places(fields: dict[str, Any], chunk_no: int) -> Iterator[tuple[H
     for position, call in enumerate(fields.get("tool_call_chunks") or ()):
         if isinstance(call, dict) and isinstance(call.get("args"), str):
             # a call with no index is not merged with another chunk's: a text of its own
-            index = call["index"] if call.get("index") is not None else (chunk_no, position)
-            yield ("tool_call_chunks", index), (*TOOL_CALL_CHUNKS, position, "args")
+            yield (("tool_call_chunks", _index(call, (chunk_no, position))),
+                   (*TOOL_CALL_CHUNKS, position, "args"))
     kwargs = fields.get("additional_kwargs")
     if not isinstance(kwargs, dict):
         return
@@ -99,7 +99,7 @@ def _places(item: Any, number: int) -> Iterator[tuple[Hashable, Place]]:
         if isinstance(body, dict):
             for field in _EVENT_TEXTS:
                 if isinstance(body.get(field), str):
-                    yield ("event", item.get("index"), field), (part, field)
+                    yield ("event", _index(item, None), field), (part, field)
         return
     if isinstance(item.get("token"), str) and len(item) == 1:
         yield ("text", None), ("token",)
