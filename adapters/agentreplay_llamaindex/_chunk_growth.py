@@ -14,7 +14,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentreplay_llamaindex._chunk_places import Place, at, growing_texts, replaced
+from agentreplay_llamaindex._chunk_places import (
+    Place,
+    at,
+    growing_texts,
+    replaced,
+    with_edits,
+)
 
 #: in a stored chunk: [place, suffix] of each string stored empty, which is the string at the
 #: same place in the chunk before with the suffix added
@@ -33,14 +39,11 @@ def compacted_growth(chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for (number, place), before, text in zip(members[1:], texts, texts[1:], strict=False):
             if len(before) >= _WORTH:
                 grown.setdefault(number, []).append((place, text[len(before):]))
-    if not grown:
-        return chunks
-    out = list(chunks)
+    out = with_edits(chunks, {number: [(place, "") for place, _ in suffixes]
+                              for number, suffixes in grown.items()})
     for number, suffixes in grown.items():
-        chunk: Any = chunks[number]
-        for place, _ in suffixes:
-            chunk = replaced(chunk, place, "")
-        out[number] = {**chunk, GROWN: [[list(place), suffix] for place, suffix in suffixes]}
+        out[number] = {**out[number],
+                       GROWN: [[list(place), suffix] for place, suffix in suffixes]}
     return out
 
 

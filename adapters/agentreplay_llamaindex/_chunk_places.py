@@ -49,6 +49,19 @@ def replaced(value: Any, place: Place, new: str) -> Any:
     return copy
 
 
+def with_edits(chunks: list[dict[str, Any]], edits: dict[int, list[tuple[Place, str]]]
+               ) -> list[dict[str, Any]]:
+    """`chunks` with, in chunk n, each string of `edits[n]` at its place (`chunks` itself when
+    there are none; an edited chunk is a copy)."""
+    if not edits:
+        return chunks
+    out = list(chunks)
+    for number, changes in edits.items():
+        for place, new in changes:
+            out[number] = replaced(out[number], place, new)
+    return out
+
+
 def strings(value: Any, place: Place) -> Iterator[tuple[Place, str]]:
     if isinstance(value, str):
         yield place, value

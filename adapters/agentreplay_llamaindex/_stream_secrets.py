@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from itertools import accumulate, pairwise
 from typing import Any
 
-from agentreplay_llamaindex._chunk_places import Member, Place, at, growing_texts, replaced
+from agentreplay_llamaindex._chunk_places import Member, Place, at, growing_texts, with_edits
 from agentreplay_llamaindex._chunk_texts import CONTINUED
 
 #: pieces a chunk adds, each a text with the same pieces of the other chunks
@@ -92,12 +92,7 @@ def redacted_stream(chunks: list[dict[str, Any]],
     for members in growing_texts(chunks):
         for (number, place), new in _redact_growing(chunks, members, redact_pieces):
             edits.setdefault(number, []).append((place, new))
-    if not edits:
-        return chunks
-    out = list(chunks)
-    for number, changes in edits.items():
-        changed: Any = chunks[number]
-        for place, new in changes:
-            changed = replaced(changed, place, new)
-        out[number] = {**changed, "response": {**changed["response"], "raw": None}}
+    out = with_edits(chunks, edits)
+    for number in edits:
+        out[number] = {**out[number], "response": {**out[number]["response"], "raw": None}}
     return out
