@@ -50,8 +50,8 @@ def secret_map(redactor: Redactor, secrets: Mapping[str, str] | Iterable[str]) -
         inner = redactor.redact_text(value)
         if inner is not value:
             found[_digest_of(redactor, inner)] = value
-        # a secret inside JSON text (a tool call's streamed arguments, a tool's JSON string
-        # result) was redacted as it is written there, escapes and all: it goes back so
+        # a secret inside JSON text (a tool's JSON string result, LlamaIndex's streamed
+        # argument texts) was redacted as it is written there, escapes and all: it goes back so
         for escaped in {json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]}:
             if escaped != value:
                 found.setdefault(_digest_of(redactor, escaped), escaped)
