@@ -40,6 +40,25 @@ def texts_of(stored: Any) -> Texts:
             else None for block in blocks]
 
 
+def text_places(response: Any) -> list[tuple[int, tuple[str | int, ...], bool]]:
+    """Where a stored chunk's response holds text: (its position, keys from the response
+    down, whether it is whole: else it continues the previous chunk's text there)."""
+    if not isinstance(response, dict):
+        return []
+    if response.get("type") == "completion":
+        for key in ("text", CONTINUED):
+            if isinstance(response.get(key), str):
+                return [(0, (key,), key == "text")]
+        return []
+    message = response.get("message") if response.get("type") == "chat" else None
+    blocks = message.get("blocks") if isinstance(message, dict) else None
+    if not isinstance(blocks, list):
+        return []
+    return [(position, ("message", "blocks", position, key), key == "text")
+            for position, block in enumerate(blocks) if isinstance(block, dict)
+            for key in ("text", CONTINUED) if isinstance(block.get(key), str)]
+
+
 def _added(text: str | None, previous: Texts, at: int) -> str | None:
     """What `text` adds to the previous chunk's text at `at`, if it continues it."""
     before = previous[at] if at < len(previous) else None

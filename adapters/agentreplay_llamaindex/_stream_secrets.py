@@ -22,30 +22,11 @@ from itertools import accumulate, pairwise
 from typing import Any
 
 from agentreplay_llamaindex._chunk_places import Member, Place, at, growing_texts, with_edits
-from agentreplay_llamaindex._chunk_texts import CONTINUED
+from agentreplay_llamaindex._chunk_texts import text_places
 
 #: pieces a chunk adds, each a text with the same pieces of the other chunks
 _DELTAS: tuple[Place, ...] = (("response", "delta"),
                               ("response", "additional_kwargs", "thinking_delta"))
-
-
-def _text_places(response: Any) -> list[tuple[int, Place, bool]]:
-    """Where a stored chunk's response holds text: (its position, keys from the response
-    down, whether it is whole: else it continues the previous chunk's text there)."""
-    if not isinstance(response, dict):
-        return []
-    if response.get("type") == "completion":
-        for key in ("text", CONTINUED):
-            if isinstance(response.get(key), str):
-                return [(0, (key,), key == "text")]
-        return []
-    message = response.get("message") if response.get("type") == "chat" else None
-    blocks = message.get("blocks") if isinstance(message, dict) else None
-    if not isinstance(blocks, list):
-        return []
-    return [(position, ("message", "blocks", position, key), key == "text")
-            for position, block in enumerate(blocks) if isinstance(block, dict)
-            for key in ("text", CONTINUED) if isinstance(block.get(key), str)]
 
 
 def _compacted_texts(chunks: list[dict[str, Any]]) -> list[list[Member]]:
@@ -54,7 +35,7 @@ def _compacted_texts(chunks: list[dict[str, Any]]) -> list[list[Member]]:
     texts: list[list[Member]] = []
     going: dict[int, list[Member]] = {}
     for number, chunk in enumerate(chunks):
-        for position, place, whole in _text_places(chunk.get("response")):
+        for position, place, whole in text_places(chunk.get("response")):
             members = going.get(position)
             if whole or members is None or members[-1][0] != number - 1:
                 members = going[position] = []
