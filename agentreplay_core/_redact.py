@@ -34,6 +34,7 @@ from typing import Any, Literal
 from agentreplay_core._codec import decode, encode
 from agentreplay_core._codec_base import Json
 from agentreplay_core._redact_json import JsonScreen, json_screen
+from agentreplay_core._redact_json_text import JSON_TEXT_KEYS, json_strings
 from agentreplay_core._redact_key import resolve_key
 from agentreplay_core._redact_memo import TextMemo, remembered
 from agentreplay_core._redact_rules import (
@@ -73,16 +74,8 @@ class _RedactWalk(TreeTransform):
     def secret_text(self, s: str, rule: str) -> str:
         return self._redactor._secret_value(s, rule)
 
-
-def _unescaped(written: str) -> str:
-    """A secret as it was before JSON escaped it (as written, if it is no JSON string text)."""
-    if "\\" not in written:
-        return written
-    try:
-        value = json.loads(f'"{written}"')
-    except ValueError:
-        return written
-    return value if isinstance(value, str) else written
+    def json_text(self, s: str) -> str:
+        return self._redactor._json_text(s, self._scanner)
 
 
 class Redactor:
@@ -212,14 +205,20 @@ class Redactor:
     def redact_pieces(self, pieces: Sequence[str], *, json_text: bool = False) -> list[str]:
         """The pieces of a streamed text (each chunk's delta) redacted as the text they make:
         a secret cut across pieces, which no piece shows whole, is taken out of each of them
-        and its placeholder put in the piece where it ends. Joined, they are `redact_text` of
-        the joined pieces; pieces without a secret come back as they were.
+        and its replacement put in the piece where it ends. Pieces without a secret come back
+        as they were.
 
-        `json_text`: the pieces make JSON (a tool call's streamed arguments). A secret written
-        there with escapes (a PEM key's `\\n`) then gets the placeholder of the secret itself,
-        as in the arguments once parsed: the call that reaches the tool matches its step."""
+        `json_text`: the pieces make JSON (a tool call's streamed arguments). They are then
+        redacted as the value they parse to is (a secret field's value whole, the pattern
+        rules on each string as decoded: a PEM key's `\\n` is a line break), so that the
+        call that reaches the tool matches its step; joined, they are what a tree's
+        redaction makes of the text under an arguments key (`_redact_json_text`). Text that
+        is no JSON object or array is redacted as text."""
         text = "".join(pieces)
-        spans = self._scanner.find(text) if len(text) >= self._scanner.min_length else []
+        spans = self._json_spans(text) if json_text else None
+        if spans is None:
+            spans = [(first, last, self.placeholder(text[first:last], rule))
+                     for first, last, rule in self._find(text)]
         if not spans:
             return list(pieces)
         out: list[str] = []
@@ -228,20 +227,54 @@ class Redactor:
             end = start + len(piece)
             kept: list[str] = []
             cursor = start
-            for first, last, rule in spans:
+            for first, last, replacement in spans:
                 if last <= start or first >= end:
                     continue
                 if first > cursor:
                     kept.append(text[cursor:first])
-                if last <= end:  # the secret ends in this piece: its placeholder goes here
-                    secret = text[first:last]
-                    kept.append(self.placeholder(
-                        _unescaped(secret) if json_text else secret, rule))
+                if last <= end:  # the secret ends in this piece: its replacement goes here
+                    kept.append(replacement)
                 cursor = max(cursor, min(last, end))
             kept.append(text[cursor:end])
             out.append("".join(kept))
             start = end
         return out
+
+    def _find(self, text: str) -> list[tuple[int, int, str]]:
+        return self._scanner.find(text) if len(text) >= self._scanner.min_length else []
+
+    def _json_text(self, s: str, scanner: Scanner) -> str:
+        """JSON text redacted as the value it parses to (plain text if it is no JSON)."""
+        spans = self._json_spans(s)
+        if spans is None:
+            return self._text(s, scanner)
+        pieces: list[str] = []
+        done = 0
+        for start, end, replacement in spans:
+            pieces.append(s[done:start])
+            pieces.append(replacement)
+            done = end
+        pieces.append(s[done:])
+        return "".join(pieces) if spans else s
+
+    def _json_spans(self, text: str) -> list[tuple[int, int, str]] | None:
+        """(start, end, replacement) of each secret in JSON text, found in its strings as a
+        dict's redaction finds them; None if the text is no JSON."""
+        strings = json_strings(text, self.secret_field)
+        if strings is None:
+            return None
+        spans: list[tuple[int, int, str]] = []
+        for string in strings:
+            starts = string.starts
+            if string.field is not None:
+                whole = self._secret_value(string.text, string.field)
+                if whole != string.text:
+                    spans.append((starts[0], starts[-1], json.dumps(whole)[1:-1]))
+                continue
+            spans.extend((starts[first], starts[last],
+                          self.placeholder(string.text[first:last], rule))
+                         for first, last, rule in self._find(string.text))
+        return spans
 
     def may_hold_secrets(self, *canonical: bytes) -> bool:
         """False only if redacting the trees whose canonical JSON is `canonical` would change
@@ -311,8 +344,10 @@ class Redactor:
         return scanner
 
     def _key_needs_walk(self, key: str) -> bool:
-        """Whether a dict key names a secret field or holds a secret itself (memoised)."""
-        return remembered(self._key_memo, key, self.secret_field(key) is not None or (
+        """Whether a dict key names a secret field, holds a secret itself, or is one under
+        which JSON text is redacted as JSON (memoised)."""
+        return remembered(self._key_memo, key, key in JSON_TEXT_KEYS or (
+            self.secret_field(key) is not None) or (
             len(key) >= self._scanner.min_length and self._text(key, self._scanner) is not key))
 
     def secret_field(self, key: str) -> str | None:

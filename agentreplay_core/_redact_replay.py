@@ -24,14 +24,17 @@ def _digest_of(redactor: Redactor, secret: str) -> str:
     return m.group(2)
 
 
-def secret_map(redactor: Redactor, secrets: Mapping[str, str] | Iterable[str]) -> dict[str, str]:
+def secret_map(redactor: Redactor, secrets: Mapping[str, str] | Iterable[str]
+               ) -> tuple[dict[str, str], set[str]]:
     """Placeholder digests -> secrets, from placeholders -> secrets or from the secrets alone
-    (their placeholders derived with the redactor's key).
+    (their placeholders derived with the redactor's key), and which of those digests are of a
+    secret as JSON escapes it (that goes back into JSON text as it is).
 
     Raises:
         ValueError: a key of the mapping is no placeholder, or a listed secret is empty.
     """
     found: dict[str, str] = {}
+    escapes: set[str] = set()
     if isinstance(secrets, Mapping):
         for placeholder, value in secrets.items():
             m = PLACEHOLDER.fullmatch(str(placeholder))
@@ -41,7 +44,7 @@ def secret_map(redactor: Redactor, secrets: Mapping[str, str] | Iterable[str]) -
                     f"to their values, not {placeholder!r}; to give only the secrets, pass them "
                     "as a list")
             found[m.group(2)] = value
-        return found
+        return found, escapes
     for value in secrets:
         if not isinstance(value, str) or not value:
             raise ValueError(f"secrets= lists secrets as non-empty strings, not {value!r}")
@@ -50,22 +53,34 @@ def secret_map(redactor: Redactor, secrets: Mapping[str, str] | Iterable[str]) -
         inner = redactor.redact_text(value)
         if inner is not value:
             found[_digest_of(redactor, inner)] = value
-        # a secret inside JSON text (a tool's JSON string result, LlamaIndex's streamed
-        # argument texts) was redacted as it is written there, escapes and all: it goes back so
+        # a secret inside JSON text that is not a tool call's arguments (a tool's JSON string
+        # result) was redacted as it is written there, escapes and all: it goes back so
         for escaped in {json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]}:
             if escaped != value:
-                found.setdefault(_digest_of(redactor, escaped), escaped)
-    return found
+                digest = _digest_of(redactor, escaped)
+                if digest not in found:
+                    found[digest] = escaped
+                    escapes.add(digest)
+    return found, escapes
 
 
 class Restorer(TreeTransform):
     """Puts secrets back where their placeholders are (replay with `secrets=`)."""
 
-    def __init__(self, digests: Mapping[str, str]) -> None:
+    def __init__(self, digests: Mapping[str, str], escapes: set[str] | None = None) -> None:
         self._digests = dict(digests)
+        self._escapes = escapes or set()
 
     def _sub(self, m: re.Match[str]) -> str:
         return self._digests.get(m.group(2), m.group(0))
+
+    def _sub_json(self, m: re.Match[str]) -> str:
+        # a tool call's arguments were redacted as parsed: the secret goes back JSON-escaped
+        secret = self._digests.get(m.group(2))
+        if secret is None:
+            return m.group(0)
+        return secret if m.group(2) in self._escapes else \
+            json.dumps(secret, ensure_ascii=False)[1:-1]
 
     def _sub_bytes(self, m: re.Match[str]) -> str:
         # the secret goes back as its UTF-8 bytes (seen as Latin-1, like the rest)
@@ -77,6 +92,12 @@ class Restorer(TreeTransform):
         if "<secret:" not in s:
             return s
         out = PLACEHOLDER.sub(self._sub, s)
+        return s if out == s else out
+
+    def json_text(self, s: str) -> str:
+        if "<secret:" not in s:
+            return s
+        out = PLACEHOLDER.sub(self._sub_json, s)
         return s if out == s else out
 
     def bytes_text(self, text: str, secret: str | None) -> str:
@@ -98,10 +119,10 @@ def restore_secrets(steps: list[Step], secrets: Mapping[str, str] | Iterable[str
         raise ValueError("secrets= as a list of secrets needs the store's redaction key to "
                          "find their placeholders, but the store was opened with "
                          "redaction=None; pass a mapping {placeholder: secret} instead")
-    digests = secret_map(redactor or Redactor(defaults=False), secrets)
+    digests, escapes = secret_map(redactor or Redactor(defaults=False), secrets)
     if not digests:
         return steps
-    restorer = Restorer(digests)
+    restorer = Restorer(digests, escapes)
     out = []
     for step in steps:
         output = restorer.walk(step.output)

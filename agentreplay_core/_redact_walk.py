@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agentreplay_core._codec_base import TAG, Json
+from agentreplay_core._redact_json_text import JSON_TEXT_KEYS
 
 #: tags whose payload holds no text (numbers, dates, class references, raw vectors)
 OPAQUE_TAGS = frozenset({"float", "int", "floats", "datetime", "date", "time", "timedelta",
@@ -26,8 +27,9 @@ _DATA_UNDER_V = frozenset({"tuple", "set", "frozenset", "ext", "path"})
 
 
 class TreeTransform:
-    """Applies `text` to every string of an encoded tree (keys included), and `secret_text`
-    to every string below a key for which `secret_field` returns a rule name."""
+    """Applies `text` to every string of an encoded tree (keys included), `secret_text` to
+    every string below a key for which `secret_field` returns a rule name, and `json_text` to
+    a string under a key that holds JSON text."""
 
     def text(self, s: str) -> str:
         return s
@@ -37,6 +39,10 @@ class TreeTransform:
 
     def secret_field(self, key: str) -> str | None:
         return None
+
+    def json_text(self, s: str) -> str:
+        """A string under a key that holds JSON text (a tool call's arguments)."""
+        return self.text(s)
 
     def bytes_text(self, text: str, secret: str | None) -> str:
         """Bytes seen as Latin-1 text; the result must stay within Latin-1."""
@@ -56,7 +62,10 @@ class TreeTransform:
         out: dict[str, Json] | None = None
         for k, v in d.items():
             new_key = self.text(k)
-            new_value = self.walk(v, secret or self.secret_field(k))
+            if secret is None and type(v) is str and k in JSON_TEXT_KEYS:
+                new_value = self.json_text(v)
+            else:
+                new_value = self.walk(v, secret or self.secret_field(k))
             if out is None:
                 if new_key is k and new_value is v:
                     continue

@@ -7,13 +7,16 @@ reasoning of n chunks was stored n/2 times over, and kept whole in every chunk a
 string that continues the previous chunk's string at the same place (`_chunk_places`) is
 stored empty, with what it adds under `"grown"` (its place, and the suffix); replay rebuilds
 it from the chunk before. Short strings (an id, a name) are kept as they are: their place
-would take as much room as they do.
+would take as much room as they do. What a tool call's arguments add is stored under the
+arguments' own key (`[place, {"arguments": suffix}]`): redaction and `secrets=` then treat it
+as the JSON text it is part of (`JSON_TEXT_KEYS`), a secret going back JSON-escaped.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from agentreplay_core._redact_json_text import JSON_TEXT_KEYS
 from agentreplay_llamaindex._chunk_places import (
     Place,
     at,
@@ -43,8 +46,13 @@ def compacted_growth(chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
                               for number, suffixes in grown.items()})
     for number, suffixes in grown.items():
         out[number] = {**out[number],
-                       GROWN: [[list(place), suffix] for place, suffix in suffixes]}
+                       GROWN: [[list(place), _stored(place, suffix)] for place, suffix in suffixes]}
     return out
+
+
+def _stored(place: Place, suffix: str) -> str | dict[str, str]:
+    key = place[-1]
+    return {key: suffix} if isinstance(key, str) and key in JSON_TEXT_KEYS else suffix
 
 
 def expanded_growth(chunk: dict[str, Any], before: dict[str, Any] | None) -> dict[str, Any]:
@@ -57,9 +65,10 @@ def expanded_growth(chunk: dict[str, Any], before: dict[str, Any] | None) -> dic
         raise ValueError("a stored stream chunk continues strings of the chunk before it, "
                          "which is missing")
     whole = {k: v for k, v in chunk.items() if k != GROWN}
-    for place, suffix in suffixes:
+    for place, stored in suffixes:
+        suffix = stored if isinstance(stored, str) else next(iter(stored.values()), None)
         previous = at(before, tuple(place))
-        if not isinstance(previous, str):  # a damaged recording
+        if not isinstance(previous, str) or not isinstance(suffix, str):  # a damaged recording
             raise ValueError(f"a stored stream chunk continues the string at {place} of the "
                              "chunk before it, which has none")
         whole = replaced(whole, tuple(place), previous + suffix)

@@ -12,17 +12,28 @@ placeholder put in the chunk where it ends. A changed chunk loses its `raw` payl
 provider's chunk holds the same piece.
 
 A text that grows from chunk to chunk is found by where it is (`_chunk_places`); one that does
-not grow (an id, a name) is left to the recorder's redaction of each string.
+not grow (an id, a name) is left to the recorder's redaction of each string. A tool call's
+arguments so far are JSON text, redacted as the arguments they parse to will be (a
+`password` argument's value whole): the agent runs the tool with them, and in replay they must
+match the tool's recorded step.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Sequence
 from itertools import accumulate, pairwise
-from typing import Any
+from typing import Any, Protocol
 
+from agentreplay_core._redact_json_text import JSON_TEXT_KEYS
 from agentreplay_llamaindex._chunk_places import Member, Place, at, growing_texts, with_edits
 from agentreplay_llamaindex._chunk_texts import text_places
+
+
+class RedactPieces(Protocol):
+    """`Redactor.redact_pieces`."""
+
+    def __call__(self, pieces: Sequence[str], *, json_text: bool = False) -> list[str]: ...
+
 
 #: pieces a chunk adds, each a text with the same pieces of the other chunks
 _DELTAS: tuple[Place, ...] = (("response", "delta"),
@@ -45,21 +56,20 @@ def _compacted_texts(chunks: list[dict[str, Any]]) -> list[list[Member]]:
 
 
 def _redact_growing(chunks: list[dict[str, Any]], members: list[Member],
-                    redact_pieces: Callable[[list[str]], list[str]]) -> Iterator[tuple[Member,
-                                                                                        str]]:
+                    redact_pieces: RedactPieces) -> Iterator[tuple[Member, str]]:
     """The members of a growing text whose text changes: the redacted text so far."""
     texts = [at(chunks[number], place) for number, place in members]
     pieces = [texts[0]] + [text[len(before):] for before, text in pairwise(texts)]
     if not any(pieces[1:]):
         return  # the same string in each chunk: the recorder redacts it as it is
-    for member, text, new in zip(members, texts, accumulate(redact_pieces(pieces)),
-                                 strict=True):
+    redacted = redact_pieces(pieces, json_text=members[0][1][-1] in JSON_TEXT_KEYS)
+    for member, text, new in zip(members, texts, accumulate(redacted), strict=True):
         if new != text:
             yield member, new
 
 
 def redacted_stream(chunks: list[dict[str, Any]],
-                    redact_pieces: Callable[[list[str]], list[str]]) -> list[dict[str, Any]]:
+                    redact_pieces: RedactPieces) -> list[dict[str, Any]]:
     """A stream's stored (compacted) chunks with a secret the chunks make together redacted."""
     edits: dict[int, list[tuple[Place, str]]] = {}
     deltas = [[(number, place) for number, chunk in enumerate(chunks)

@@ -403,3 +403,30 @@ def test_secrets_written_escaped_in_json_text_are_handed_back_as_they_were_writt
     assert not [f.kind for f in fakes if f.marker in str(step.output)]
     with any_store.replay(rec.run_id, secrets=[f.value for f in fakes]) as player:
         assert player.next("tool", "read_config", {}) == result
+
+
+def test_a_tool_calls_arguments_text_is_redacted_as_the_arguments_and_handed_back(
+        any_store: Store) -> None:
+    # a model's message holding a tool call's arguments as JSON text (OpenAI-style): they are
+    # redacted as the dict they parse to is (a password argument whole, a PEM key as the
+    # key, not as JSON writes it), and `secrets=` puts them back as JSON writes them
+    fakes = fake_secrets()
+    [pem] = [f.value for f in fakes if f.kind == "pem"]
+    arguments = {"user": "ops", "password": "correct horse battery staple", "key": pem,
+                 "note": " and ".join(f.in_text for f in fakes)}
+    message = {"role": "assistant", "tool_calls": [
+        {"id": "call_1", "function": {"name": "login", "arguments": json.dumps(arguments)}}]}
+    with any_store.record(name="arguments") as rec:
+        rec.record("llm", "model", {}, message)
+        rec.record("tool", "login", arguments, "ok")
+    chat, called = any_store.load_steps(rec.run_id)
+    stored = chat.output["tool_calls"][0]["function"]["arguments"]
+    assert json.loads(stored) == called.input  # what a replay's parsed call must match
+    assert "horse" not in stored and not [f.kind for f in fakes if f.marker in stored]
+    handed_back = json.dumps(arguments | {"password": called.input["password"]})
+    with any_store.replay(rec.run_id, secrets=[f.value for f in fakes]) as player:
+        replayed = player.next("llm", "model", {})
+        # the agent parses the text it was handed and calls the tool with it
+        assert player.next("tool", "login", json.loads(
+            replayed["tool_calls"][0]["function"]["arguments"])) == "ok"
+    assert replayed["tool_calls"][0]["function"]["arguments"] == handed_back

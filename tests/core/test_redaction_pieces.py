@@ -55,3 +55,51 @@ def test_a_secret_escaped_in_json_pieces_gets_the_placeholder_of_the_secret_itse
     # as plain text the placeholder is that of the text as written
     as_text = "".join(redactor.redact_pieces(pieces))
     assert as_text == redactor.redact_text(arguments) != as_json
+
+
+#: keys a tool's arguments may have: fields the default rules call secret, and others
+_KEYS = st.sampled_from(["password", "api_key", "Authorization", "note", "cmd", "to", "x"])
+_WORDS = st.sampled_from([*(f.in_text for f in FAKES), "PASSWORD=hunter2-long\nls -la",
+                          'say "hi"', "caf\u00e9 \U0001f600", "tab\there", "", "a\\b"])
+_TEXTS = st.lists(_WORDS, max_size=3).map(" ".join)
+_VALUES = st.recursive(
+    st.one_of(_TEXTS, st.integers(), st.booleans(), st.none()),
+    lambda inner: st.one_of(st.lists(inner, max_size=3),
+                            st.dictionaries(_KEYS, inner, max_size=4)),
+    max_leaves=12)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.dictionaries(_KEYS, _VALUES, max_size=5), st.booleans(),
+       st.lists(st.integers(min_value=0, max_value=4000), max_size=60))
+def test_json_pieces_parse_to_the_arguments_redacted_as_a_dict(
+        arguments: dict[str, object], ascii_only: bool, cuts: list[int]) -> None:
+    """What a tool's streamed arguments are redacted to, joined and parsed, is what their
+    parsed form is redacted to: the tool's step, which a replay's call must match."""
+    text = json.dumps(arguments, ensure_ascii=ascii_only)
+    bounds = sorted({0, len(text), *(c for c in cuts if c < len(text))})
+    pieces = [text[a:b] for a, b in itertools.pairwise(bounds)]
+    redactor = Redactor(key=KEY)
+    out = redactor.redact_pieces(pieces, json_text=True)
+    assert len(out) == len(pieces)
+    assert json.loads("".join(out)) == redactor.redact(arguments)
+    assert leaks("".join(out).encode(), FAKES) == []
+    # the text stored whole (a message's call in the next prompt) is redacted to the same
+    assert redactor.redact({"function": {"arguments": text}}) == {
+        "function": {"arguments": "".join(out)}}
+
+
+def test_a_secret_field_cut_off_by_the_stream_is_redacted_whole() -> None:
+    # a stream that ended inside the value (the model hit its token limit)
+    text = '{"user": "ops", "password": "correct horse bat'
+    redactor = Redactor(key=KEY)
+    out = "".join(redactor.redact_pieces([text[:20], text[20:]], json_text=True))
+    assert out == '{"user": "ops", "password": "' + redactor.placeholder(
+        "correct horse bat", "field")
+
+
+def test_pieces_that_make_no_json_are_redacted_as_text() -> None:
+    text = 'login with password="correct-horse-battery" please'
+    redactor = Redactor(key=KEY)
+    out = "".join(redactor.redact_pieces([text[:25], text[25:]], json_text=True))
+    assert out == redactor.redact_text(text) and "correct-horse" not in out

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 from collections.abc import Generator, Sequence
 from typing import Any
 
@@ -58,12 +57,12 @@ def partial_json(text: str) -> dict[str, Any]:
     return {}
 
 
-def _blocks(reasoning: str, arguments: str | None = None) -> list[Any]:
+def _blocks(reasoning: str, arguments: str | None = None, tool: str = "send") -> list[Any]:
     if not BLOCKS:
         return [TextBlock(text="")]
     blocks = [types.ThinkingBlock(content=reasoning), TextBlock(text="")]
     if arguments is not None:
-        blocks.append(types.ToolCallBlock(tool_call_id="call_1", tool_name="send",
+        blocks.append(types.ToolCallBlock(tool_call_id="call_1", tool_name=tool,
                                           tool_kwargs=arguments))
     return blocks
 
@@ -73,6 +72,9 @@ class ConfidingCaller(FunctionCallingLLM):
     characters a chunk, each chunk as LlamaIndex's OpenAI integration makes it."""
 
     said: str = SAID
+    #: the tool it calls, and the arguments (default: `said`, sent to ops)
+    tool: str = "send"
+    arguments: str | None = None
 
     @property
     def metadata(self) -> LLMMetadata:
@@ -86,14 +88,14 @@ class ConfidingCaller(FunctionCallingLLM):
             yield ChatResponse(
                 message=ChatMessage(role=MessageRole.ASSISTANT, blocks=_blocks(reasoning)),
                 delta="", raw={"reasoning": piece}, additional_kwargs={"thinking_delta": piece})
-        arguments_text = json.dumps({"to": "ops", "body": self.said})
+        arguments_text = self.arguments or json.dumps({"to": "ops", "body": self.said})
         for piece in [arguments_text[i:i + 4] for i in range(0, len(arguments_text), 4)]:
             arguments += piece
             call = {"id": "call_1", "type": "function",
-                    "function": {"name": "send", "arguments": arguments}}
+                    "function": {"name": self.tool, "arguments": arguments}}
             yield ChatResponse(
                 message=ChatMessage(role=MessageRole.ASSISTANT,
-                                    blocks=_blocks(reasoning, arguments),
+                                    blocks=_blocks(reasoning, arguments, self.tool),
                                     additional_kwargs={"tool_calls": [call]}),
                 delta="", raw={"arguments": piece})
 
@@ -157,10 +159,6 @@ class ConfidingCaller(FunctionCallingLLM):
                 for c in calls]
 
 
-def placeholders_as_rules(value: Any) -> str:
-    return re.sub(r"<secret:([a-z_]+):[0-9a-f]+>", r"<secret:\1>", json.dumps(value))
-
-
 def view(chunk: ChatResponse, llm: Any) -> dict[str, Any]:
     blocks = [b.model_dump() for b in chunk.message.blocks]
     calls = chunk.message.additional_kwargs.get("tool_calls")
@@ -200,10 +198,9 @@ def test_secrets_streamed_in_reasoning_and_tool_arguments_are_never_stored(
     assert partial_leaks(json.dumps(redacted).encode(), FAKES) == []
     last = redacted[-1]
     assert "<secret:" in last["tool_calls"][0]["tool_kwargs"]["body"]
-    # (the arguments' text redacted in pieces, their parsed form as a whole: the same, but
-    # for a secret JSON escapes, which has a placeholder of its own in the text)
-    assert placeholders_as_rules(json.loads(last["kwargs_arguments"])) == \
-        placeholders_as_rules(last["tool_calls"][0]["tool_kwargs"])
+    # the arguments' text redacted in pieces as the JSON it makes, their parsed form as a
+    # dict: the same placeholders, also of a secret JSON escapes (the PEM key's line breaks)
+    assert json.loads(last["kwargs_arguments"]) == last["tool_calls"][0]["tool_kwargs"]
     thought = "".join(chunk["thinking_delta"] or "" for chunk in redacted)
     assert "<secret:" in thought
     if BLOCKS:
@@ -250,3 +247,38 @@ def test_an_agent_that_streams_a_secret_into_a_tool_call_replays_without_it(
     with li_store.replay(rec.run_id) as player:
         assert asyncio.run(run(ReplayLLM(player), replay_tools(player, tools))) == live
     assert sent == [SAID]  # the tool did not run again
+
+
+#: arguments whose secrets a dict's redaction and a text scan tell apart: a value under a
+#: secret field (a number too), and a `password=` value before a line break
+LOGIN = {"user": "ops", "password": "correct horse battery staple", "pin": 4821,
+         "script": "export DB_PASSWORD=s3cr3t-value\nls -la"}
+
+
+def test_an_agent_streaming_secret_arguments_replays_to_the_tool_step(li_store: Store) -> None:
+    """The arguments the agent reads from each chunk are redacted as the tool's step is: the
+    replay's call matches the step, and the text around the secrets is kept."""
+    ran: list[dict[str, Any]] = []
+
+    def login(user: str, password: str, pin: int, script: str) -> str:
+        """Log in and run a script."""
+        ran.append({"user": user, "password": password, "pin": pin, "script": script})
+        return f"{user} ran {len(script.splitlines())} lines"
+
+    async def run(llm: Any, tools: list[Any]) -> str:
+        agent = FunctionAgent(tools=tools, llm=llm, streaming=True)
+        output: Any = await agent.run(user_msg="log in")
+        return str(output.response.content)
+
+    tools = [FunctionTool.from_defaults(fn=login)]
+    caller = ConfidingCaller(said="logging in", tool="login", arguments=json.dumps(LOGIN))
+    with li_store.record(name="agent-secret-arguments") as rec, instrument(rec):
+        live = asyncio.run(run(caller, tools))
+    assert ran == [LOGIN] and live == "done: ops ran 2 lines"
+    steps = li_store.load_steps(rec.run_id)
+    assert [s.kind for s in steps] == ["llm", "tool", "llm"]
+    stored = b"".join(canonical_bytes([s.input, s.output]) for s in steps)
+    assert not any(secret in stored for secret in (b"correct", b"horse", b"staple", b"s3cr3t"))
+    with li_store.replay(rec.run_id) as player:
+        assert asyncio.run(run(ReplayLLM(player), replay_tools(player, tools))) == live
+    assert len(ran) == 1  # the tool did not run again
