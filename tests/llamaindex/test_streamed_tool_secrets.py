@@ -219,6 +219,16 @@ def test_secrets_streamed_in_reasoning_and_tool_arguments_are_never_stored(
                                       for value in (f.value, json.dumps(f.value)[1:-1]))
 
 
+def run_agent(llm: Any, tools: list[Any]) -> str:
+    """A streaming FunctionAgent's answer, asked to do what the model does anyway."""
+    async def run() -> str:
+        output: Any = await FunctionAgent(tools=tools, llm=llm, streaming=True).run(
+            user_msg="go ahead")
+        return str(output.response.content)
+
+    return asyncio.run(run())
+
+
 def test_an_agent_that_streams_a_secret_into_a_tool_call_replays_without_it(
         li_store: Store) -> None:
     """A FunctionAgent reads the tool call from each streamed chunk, then runs the tool with
@@ -231,21 +241,16 @@ def test_an_agent_that_streams_a_secret_into_a_tool_call_replays_without_it(
         sent.append(body)
         return f"sent {len(body)} characters to {to}"
 
-    async def run(llm: Any, tools: list[Any]) -> str:
-        agent = FunctionAgent(tools=tools, llm=llm, streaming=True)
-        output: Any = await agent.run(user_msg="send the config to ops")
-        return str(output.response.content)
-
     tools = [FunctionTool.from_defaults(fn=send)]
     with li_store.record(name="agent-tool-secrets") as rec, instrument(rec):
-        live = asyncio.run(run(ConfidingCaller(), tools))
+        live = run_agent(ConfidingCaller(), tools)
     assert sent == [SAID] and live == f"done: sent {len(SAID)} characters to ops"
     steps = li_store.load_steps(rec.run_id)
     assert [s.kind for s in steps] == ["llm", "tool", "llm"]
     stored = b"".join(canonical_bytes([s.input, s.output]) for s in steps)
     assert leaks(stored, FAKES) == [] and partial_leaks(stored, FAKES) == []
     with li_store.replay(rec.run_id) as player:
-        assert asyncio.run(run(ReplayLLM(player), replay_tools(player, tools))) == live
+        assert run_agent(ReplayLLM(player), replay_tools(player, tools)) == live
     assert sent == [SAID]  # the tool did not run again
 
 
@@ -265,20 +270,15 @@ def test_an_agent_streaming_secret_arguments_replays_to_the_tool_step(li_store: 
         ran.append({"user": user, "password": password, "pin": pin, "script": script})
         return f"{user} ran {len(script.splitlines())} lines"
 
-    async def run(llm: Any, tools: list[Any]) -> str:
-        agent = FunctionAgent(tools=tools, llm=llm, streaming=True)
-        output: Any = await agent.run(user_msg="log in")
-        return str(output.response.content)
-
     tools = [FunctionTool.from_defaults(fn=login)]
     caller = ConfidingCaller(said="logging in", tool="login", arguments=json.dumps(LOGIN))
     with li_store.record(name="agent-secret-arguments") as rec, instrument(rec):
-        live = asyncio.run(run(caller, tools))
+        live = run_agent(caller, tools)
     assert ran == [LOGIN] and live == "done: ops ran 2 lines"
     steps = li_store.load_steps(rec.run_id)
     assert [s.kind for s in steps] == ["llm", "tool", "llm"]
     stored = b"".join(canonical_bytes([s.input, s.output]) for s in steps)
     assert not any(secret in stored for secret in (b"correct", b"horse", b"staple", b"s3cr3t"))
     with li_store.replay(rec.run_id) as player:
-        assert asyncio.run(run(ReplayLLM(player), replay_tools(player, tools))) == live
+        assert run_agent(ReplayLLM(player), replay_tools(player, tools)) == live
     assert len(ran) == 1  # the tool did not run again
