@@ -34,7 +34,7 @@ from typing import Any, Literal
 from agentreplay_core._codec import decode, encode
 from agentreplay_core._codec_base import Json
 from agentreplay_core._redact_json import JsonScreen, json_screen
-from agentreplay_core._redact_json_text import JSON_TEXT_KEYS, json_strings
+from agentreplay_core._redact_json_text import JSON_TEXT_KEYS, json_keys, json_strings
 from agentreplay_core._redact_key import resolve_key
 from agentreplay_core._redact_memo import TextMemo, remembered
 from agentreplay_core._redact_rules import (
@@ -128,6 +128,7 @@ class Redactor:
         self._texts = TextMemo()
         self._field_memo: dict[str, str | None] = {}
         self._key_memo: dict[str, bool] = {}
+        self._json_memo: dict[str, bool] = {}
         self._digests: dict[str, str] = {}
 
     @classmethod
@@ -312,7 +313,7 @@ class Redactor:
         texts: list[str] = []
         for tree in trees:
             found = collect_texts(tree, scanner.min_length, self._texts.clean, self._key_memo,
-                                  self._key_needs_walk)
+                                  self._key_needs_walk, self._json_needs_walk)
             if found is None:
                 texts = []
                 break
@@ -349,6 +350,21 @@ class Redactor:
         return remembered(self._key_memo, key, key in JSON_TEXT_KEYS or (
             self.secret_field(key) is not None) or (
             len(key) >= self._scanner.min_length and self._text(key, self._scanner) is not key))
+
+    def _json_needs_walk(self, key: str, value: Json) -> bool:
+        """Whether JSON text under a key in `JSON_TEXT_KEYS` must be walked to be redacted:
+        the key itself names a field, or one of the text's keys does (pattern secrets in it
+        are found by the screen of all texts, as in any string). Memoised: a call's arguments
+        come again in every later prompt."""
+        if self.secret_field(key) is not None:
+            return True
+        if type(value) is not str:
+            return False
+        known = self._json_memo.get(value)
+        if known is None:
+            known = remembered(self._json_memo, value, any(
+                self.secret_field(inner) is not None for inner in json_keys(value)))
+        return known
 
     def secret_field(self, key: str) -> str | None:
         """The name of the field rule `key` matches, if any."""

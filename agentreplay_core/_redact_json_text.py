@@ -32,6 +32,8 @@ from dataclasses import dataclass
 JSON_TEXT_KEYS = frozenset({"arguments", "args", "partial_json", "tool_kwargs"})
 #: a JSON object or array's start
 _OPENING = re.compile(r"\s*[{\[]")
+#: a key: a string and the colon after it
+_KEY = re.compile(r'"((?:[^"\\]|\\.)*)"\s*:')
 #: a string: its body and, unless the text ends inside it, the closing quote
 _STRING = re.compile(r'"((?:[^"\\]|\\.)*)("?)', re.DOTALL)
 #: what JSON has outside strings: structure, numbers, true, false, null, whitespace
@@ -79,6 +81,14 @@ def json_strings(text: str, secret_field: Callable[[str], str | None]) -> list[J
             field = next((f[2] for f in frames if isinstance(f[2], str)), None)
         out.append(JsonString(decoded, starts, is_key, field))
         at = found.end()
+
+
+def json_keys(text: str) -> list[str]:
+    """The keys of a JSON object or array's objects (none for other text): every string
+    followed by a colon, which in JSON is a key (a few more in text that is no JSON)."""
+    if not _OPENING.match(text):
+        return []
+    return [_decoded(key, 0)[0] if "\\" in key else key for key in _KEY.findall(text)]
 
 
 def _structure(between: str, frames: list[list[object]]) -> None:

@@ -166,11 +166,13 @@ PLAIN_TAGS = frozenset({"tuple", "set", "frozenset", "ext", "pydantic", "datacla
 
 
 def collect_texts(tree: Json, min_length: int, known: set[str], keys: dict[str, bool],
-                  key_needs_walk: Callable[[str], bool]) -> list[str] | None:
+                  key_needs_walk: Callable[[str], bool],
+                  json_needs_walk: Callable[[str, Json], bool]) -> list[str] | None:
     """The string values of an encoded tree that may hold a secret: long enough and not
     `known` to be clean. None means "walk it all instead": a key names a secret field or holds
-    a secret itself (`key_needs_walk`, memoised in `keys`), or text hides in a form that must
-    be decoded first (bytes, text with NUL, an unencodable marker's repr).
+    a secret itself (`key_needs_walk`, memoised in `keys`), a key's JSON text may hold a secret
+    field (`json_needs_walk`, asked of keys in `JSON_TEXT_KEYS`), or text hides in a form that
+    must be decoded first (bytes, text with NUL, an unencodable marker's repr).
 
     This runs for every recorded value: one loop over an explicit stack (no recursion, no
     closures, nothing copied); a key costs one dictionary lookup once seen.
@@ -197,7 +199,8 @@ def collect_texts(tree: Json, min_length: int, known: set[str], keys: dict[str, 
                 continue
             for k, v in node.items():
                 attention = key_state(k)
-                if attention is not False and (attention or key_needs_walk(k)):
+                if attention is not False and (attention or key_needs_walk(k)) and (
+                        k not in JSON_TEXT_KEYS or json_needs_walk(k, v)):
                     return None
                 tv = type(v)
                 if tv is str:

@@ -28,6 +28,7 @@ from agentreplay_core import (
     open_store,
 )
 from agentreplay_core._redact_key import load_or_create_key
+from agentreplay_core._redact_rules import PLACEHOLDER
 from agentreplay_core._transfer import export_run
 from tests.support.pgcluster import PgCluster
 from tests.support.secret_leaks import FakeSecret, fake_secrets, files_bytes, leaks, schema_bytes
@@ -430,3 +431,15 @@ def test_a_tool_calls_arguments_text_is_redacted_as_the_arguments_and_handed_bac
         assert player.next("tool", "login", json.loads(
             replayed["tool_calls"][0]["function"]["arguments"])) == "ok"
     assert replayed["tool_calls"][0]["function"]["arguments"] == handed_back
+
+
+def test_a_secret_field_alone_in_json_text_is_redacted(any_store: Store) -> None:
+    # nothing else in the step looks like a secret: no pattern rule has a candidate (a
+    # cookie's value has no `password=` form), and the field is a key inside the text, not
+    # one of the step's own dicts
+    text = json.dumps({"user": "ops", "cookie": "correct horse battery staple"})
+    with any_store.record(name="one field") as rec:
+        rec.record("llm", "model", {}, {"function": {"name": "login", "arguments": text}})
+    (step,) = any_store.load_steps(rec.run_id)
+    stored = json.loads(step.output["function"]["arguments"])
+    assert stored["user"] == "ops" and PLACEHOLDER.fullmatch(stored["cookie"])
