@@ -110,6 +110,9 @@ _TOKEN = r"[A-Za-z0-9_-]"
 #: a value after `password=` / `"api_key": "`: no quotes, spaces, brackets; not a placeholder
 #: (and `(?<!<)` keeps the `secret:` inside a placeholder from reading as an assignment)
 _VALUE = r"""[^\s"'<>,;{}\[\]()`][^\s"'<>,;{}\[\]()`]{5,}"""
+#: ... or, in quotes, all of it up to the closing quote on the line (a passphrase has spaces:
+#: `password: "correct horse battery staple"`), escapes and all; not a placeholder
+_QUOTED = r"""(?:\\.|(?!(?P=quote))[^\n<>\\]){6,200}(?=(?P=quote))"""
 _SECRET_WORDS = (r"password|passwd|passphrase|secret|api[_-]?key|apikey|credentials?|"
                  r"authorization|private[_-]?key|(?:access|auth|api|bearer|refresh|session)"
                  r"[_-]?token")
@@ -170,9 +173,9 @@ DEFAULT_RULES: tuple[RedactionRule, ...] = (
     RedactionRule("url_password", pattern=URL_PASSWORD,
                   needles=("://",), min_length=7),
     RedactionRule("assignment", pattern=(
-        rf"(?<!<)(?i:{_SECRET_WORDS})[\"']?\s*[:=]\s*[\"']?"
+        rf"(?<!<)(?i:{_SECRET_WORDS})[\"']?\s*[:=]\s*(?P<quote>[\"'])?"
         rf"(?:(?i:basic|bearer|token|digest)\s+)?(?!(?i:basic|bearer|token|digest)\s)"
-        rf"(?P<secret>{_VALUE})"),
+        rf"(?P<secret>(?(quote)(?:{_QUOTED}|{_VALUE})|{_VALUE}))"),
         needles=(":", "="),
         keywords=("password", "passwd", "passphrase", "secret", "key", "credential",
                   "credentials", "authorization", "token"),

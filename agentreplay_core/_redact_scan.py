@@ -211,12 +211,17 @@ def _seeded(regex: re.Pattern[str], screens: tuple[tuple[str, re.Pattern[str]], 
         for seed in screen.finditer(backwards):
             word_start, after_separator = n - seed.end(), n - seed.start()
             window = min(n, after_separator + _WINDOW)
-            m = regex.search(s, max(0, word_start - _LEAD), window)
-            if m is None or m.start() > word_start:
-                continue
-            if m.end() >= window > after_separator and window < n:
-                m = regex.match(s, m.start()) or m  # the value may go on past the window
-            found[m.start()] = m
+            # every match that takes in this keyword: the first may be another keyword's, whose
+            # value runs on over this one (`password=abc...password: "x y"`); overlaps are
+            # settled by the caller
+            at = max(0, word_start - _LEAD)
+            while (m := regex.search(s, at, window)) is not None and m.start() <= word_start:
+                at = m.start() + 1
+                if m.end() <= word_start:
+                    continue  # another keyword's match, ended before this one
+                if m.end() >= window > after_separator and window < n:
+                    m = regex.match(s, m.start()) or m  # the value may go on past the window
+                found.setdefault(m.start(), m)
     return [found[k] for k in sorted(found)]
 
 

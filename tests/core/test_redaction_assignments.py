@@ -1,0 +1,65 @@
+"""`password=...`-style secrets: found wherever the rule's own regex finds them, however close
+together, and taken whole when quoted (a passphrase has spaces)."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentreplay_core import RedactionRule, Redactor
+from agentreplay_core._redact_rules import DEFAULT_RULES
+from agentreplay_core._redact_scan import Scanner
+
+KEY = b"assignments-test-key"
+[ASSIGNMENT] = [r for r in DEFAULT_RULES if r.name == "assignment"]
+#: the same regex without the keyword screen: searched over the whole text, the reference
+PLAIN = RedactionRule("assignment", pattern=ASSIGNMENT.regex.pattern)
+
+_NAMES = st.sampled_from(["password", "api_key", "DB_PASSWORD", "secret", "token", "note",
+                          "Authorization", "x"])
+#: how a value is written after its name: the separator, and the quote that ends it
+_FORMS = st.sampled_from([("=", ""), (": ", ""), ('": "', '"'), ("='", "'"), (" = ", ""),
+                          ('="', '"')])
+_VALUES = st.sampled_from(["hunter2xyz", "abcdef123456", "correct horse battery staple",
+                           "Bearer abcdefghijklmnop123456", "pw", 'he said \\"hi\\" ok', ""])
+#: what comes between assignments: always a space or a comma, so a value never runs into the
+#: next name (then which name a value belongs to is a matter of reading)
+_GLUE = st.sampled_from([" ", ", ", "\n", "; ", " and the ", " " + "x" * 40 + " "])
+_PARTS = st.tuples(_NAMES, _FORMS, _VALUES, _GLUE).map(
+    lambda p: f"{p[0]}{p[1][0]}{p[2]}{p[1][1]}{p[3]}")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_PARTS, min_size=1, max_size=6).map("".join))
+def test_the_keyword_screen_finds_what_the_rules_regex_finds(text: str) -> None:
+    # before, a keyword within 32 characters after another's match was passed over:
+    # `api_key=abcdef123456 password=hunter2xyz` kept the password. (The screen tries each
+    # keyword, so it may find more: after an empty value, `password= password=Bearer x...`,
+    # a left-to-right search reads the second name as the first one's value.)
+    screened = Scanner([ASSIGNMENT]).find(text)
+    for start, end, _ in Scanner([PLAIN]).find(text):
+        assert any(a <= start and end <= b for a, b, _ in screened), (start, end, screened)
+
+
+def test_two_assignments_side_by_side_are_both_redacted() -> None:
+    redactor = Redactor(key=KEY)
+    out = redactor.redact_text("api_key=abcdef123456 password=hunter2xyz")
+    assert "abcdef123456" not in out and "hunter2xyz" not in out
+
+
+def test_a_quoted_value_is_redacted_whole() -> None:
+    redactor = Redactor(key=KEY)
+    text = json.dumps({"db_password": "correct horse battery staple", "user": "bob"})
+    assert redactor.redact_text(text) == json.dumps(
+        {"db_password": redactor.placeholder("correct horse battery staple", "assignment"),
+         "user": "bob"})
+    assert redactor.redact_text('DB_PASSWORD="correct horse battery staple" USER=bob') == \
+        f'DB_PASSWORD="{redactor.placeholder("correct horse battery staple", "assignment")}"' \
+        " USER=bob"
+    # unquoted, the value still ends at a space; a scheme in the quotes stays readable
+    assert redactor.redact_text("password: hunter2-long and more") == \
+        f"password: {redactor.placeholder('hunter2-long', 'assignment')} and more"
+    assert "<secret:bearer:" in redactor.redact_text(
+        'Authorization: "Bearer abcdefghijklmnop123456"')
