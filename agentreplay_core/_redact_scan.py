@@ -204,6 +204,7 @@ def _seeded(regex: re.Pattern[str], screens: tuple[tuple[str, re.Pattern[str]], 
     if len(backwards) != len(s):  # lower-casing changed lengths (rare scripts): search all
         return list(regex.finditer(s))
     n = len(s)
+    group = "secret" if "secret" in regex.groupindex else 0
     found: dict[int, re.Match[str]] = {}
     for separator, screen in screens:
         if separator not in s:
@@ -211,9 +212,9 @@ def _seeded(regex: re.Pattern[str], screens: tuple[tuple[str, re.Pattern[str]], 
         for seed in screen.finditer(backwards):
             word_start, after_separator = n - seed.end(), n - seed.start()
             window = min(n, after_separator + _WINDOW)
-            # every match that takes in this keyword: the first may be another keyword's, whose
-            # value runs on over this one (`password=abc...password: "x y"`); overlaps are
-            # settled by the caller
+            # the matches that take in this keyword, up to its own: the first may be another
+            # keyword's, whose value runs on over this one (`password=abc...password: "x y"`);
+            # overlaps are settled by the caller
             at = max(0, word_start - _LEAD)
             while (m := regex.search(s, at, window)) is not None and m.start() <= word_start:
                 at = m.start() + 1
@@ -222,6 +223,8 @@ def _seeded(regex: re.Pattern[str], screens: tuple[tuple[str, re.Pattern[str]], 
                 if m.end() >= window > after_separator and window < n:
                     m = regex.match(s, m.start()) or m  # the value may go on past the window
                 found.setdefault(m.start(), m)
+                if m.start(group) > word_start:
+                    break  # the keyword is before the value: this keyword's own match
     return [found[k] for k in sorted(found)]
 
 
