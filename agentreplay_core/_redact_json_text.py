@@ -13,8 +13,9 @@ The same holds for such text stored whole (a message's tool calls in the next pr
 stream's last chunk): a string under one of `JSON_TEXT_KEYS` is redacted as the JSON it holds.
 
 `json_strings` finds each string of a JSON object or array (a stream cut short leaves a
-prefix: its last string may be open) with where each decoded character sits in the text,
-whether it is a key, and the field rule of the keys it is under. Other text (a piece from the
+prefix: its last string may be open) with where each decoded character sits in the text and
+the field rule of the keys it is under (none for a key itself, as a dict's keys are scanned
+as text). Other text (a piece from the
 middle of a stream, characters outside strings that JSON does not have there) gives None: the
 caller scans it as plain text.
 """
@@ -49,7 +50,6 @@ class JsonString:
     text: str
     #: where each character of `text` starts in the JSON text, and where the last one ends
     starts: list[int]
-    is_key: bool
     #: the field rule of the outermost key it is under (as a dict's redaction applies it)
     field: str | None
 
@@ -79,7 +79,7 @@ def json_strings(text: str, secret_field: Callable[[str], str | None]) -> list[J
             field = None
         else:
             field = next((f[2] for f in frames if isinstance(f[2], str)), None)
-        out.append(JsonString(decoded, starts, is_key, field))
+        out.append(JsonString(decoded, starts, field))
         at = found.end()
 
 
