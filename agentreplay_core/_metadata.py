@@ -107,9 +107,18 @@ def run_metadata(user: dict[str, Any] | None, tags: Iterable[str], durability: s
         "durability": durability, "entropy": entropy,
         # who is recording, where the stale-run reaper looks (user keys cannot shadow it)
         "pid": os.getpid(), "host": socket.gethostname(),
+        # which redaction rules made its placeholders (see `add_key_hint`)
+        "redaction": None if redaction is None else redaction.rules_digest,
     }
     encoded: dict[str, Any] = encode(meta, path="metadata")  # user values: any encodable
     return encoded if redaction is None else redaction.redact_encoded(encoded)[0]
+
+
+def meta_redaction(run: Run) -> str | None:
+    """The digest of the redaction rules the run was recorded with (None: unknown, or none)."""
+    own = run.metadata.get("agentreplay")
+    found = own.get("redaction") if isinstance(own, dict) else None
+    return found if isinstance(found, str) else None
 
 
 def meta_entropy(run: Run) -> bool:

@@ -18,6 +18,7 @@ from agentreplay_core._keys import (
     join_path,
     match_key_of_canonical,
 )
+from agentreplay_core._metadata import meta_redaction
 from agentreplay_core._model import Run, Step, check_kind
 from agentreplay_core._recorded_errors import error_from_record, is_cancellation
 from agentreplay_core._recorder import Recorder
@@ -244,9 +245,10 @@ class Player:
             run_id=self.run_id, kind=kind, name=name, request=request, key=key, path=path,
             pending=pending, expected_next=expected_next,
             recorded_total=sum(1 for s in self._steps if s.kind == kind and s.name == name))
-        if redacted is not None:  # secrets in the request: say if a key mismatch is likely
+        if self.redactor is not None:  # say if other redaction is a likely cause
             add_key_hint(diverged, redacted,
-                         [s for s in pending if s.kind == kind and s.name == name])
+                         [s for s in pending if s.kind == kind and s.name == name],
+                         (meta_redaction(self.run), self.redactor.rules_digest))
         if tentative:
             return diverged
         if self.diverged is None:

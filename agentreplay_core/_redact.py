@@ -21,6 +21,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import json
@@ -52,6 +53,8 @@ from agentreplay_core._redact_walk import TreeTransform, collect_texts
 __all__ = ["FIELDS_ENV", "PATTERNS_ENV", "RedactionRule", "Redactor"]
 
 _DOMAIN = b"agentreplay/redact/v1\x00"
+#: what `rules_digest` covers besides the rules: bump it when redaction changes otherwise
+_RULES_FORMAT = 1
 _MATCH_KEY_DOMAIN = b"agentreplay/redact/match-key/v1\x00"
 #: scanners kept for the sets of candidate rules text turned up (a set of one to three rules
 #: is typical, and building its scanner costs 15-20 us: more than searching a prompt with it)
@@ -158,6 +161,17 @@ class Redactor:
 
     def __repr__(self) -> str:
         return f"<Redactor {len(self.rules)} rules: {', '.join(r.name for r in self.rules)}>"
+
+    @functools.cached_property
+    def rules_digest(self) -> str:
+        """12 hex digits naming these rules (names, regexes, flags, with this version's
+        handling of JSON text): stored with each run, so that a replay under other rules
+        (another agentreplay, other `fields=` or `patterns=`) can say why a request holding a
+        secret got another placeholder."""
+        described = [[r.name, r.is_field_rule, r.regex.pattern, int(r.regex.flags)]
+                     for r in self.rules]
+        text = json.dumps([_RULES_FORMAT, sorted(JSON_TEXT_KEYS), described])
+        return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
 
     # -- the key and placeholders ---------------------------------------------------------------
 

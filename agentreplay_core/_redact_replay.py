@@ -146,20 +146,36 @@ def _digests(tree: Json) -> set[str]:
     return {m.group(2) for m in PLACEHOLDER.finditer(text)} if "<secret:" in text else set()
 
 
-def add_key_hint(diverged: ReplayDivergence, redacted: Json, recorded: Sequence[Step]) -> None:
-    """Say so when the request's secrets have placeholders the recording does not hold while
-    the recorded calls of this name hold others: typically a different redaction key."""
-    mine = _digests(redacted)
-    if not mine:
-        return
+def add_key_hint(diverged: ReplayDivergence, redacted: Json, recorded: Sequence[Step],
+                 rules: tuple[str | None, str] | None = None) -> None:
+    """Say why a request that holds secrets, or whose recorded calls of this name held some,
+    may have diverged: the run was recorded with other redaction rules (`rules`: the digest
+    of those it was recorded with, None if it does not say, and of those in use), which can
+    take a secret's text otherwise or not at all; or, when the request's placeholders are not
+    the recording's while it holds others, with another redaction key."""
+    mine = _digests(redacted) if redacted is not None else set()
     theirs: set[str] = set()
     for step in recorded:
         theirs |= _digests(step.input)
-    if not theirs or not (mine - theirs):
+    recorded_rules, current_rules = rules if rules is not None else (None, "")
+    if recorded_rules is not None and recorded_rules != current_rules:
+        if not (mine or theirs):
+            return
+        diverged.detail += (
+            "; the run was recorded with other redaction rules than this replay's (rules "
+            f"{recorded_rules}, now {current_rules}: another agentreplay version, or other "
+            "fields=, patterns= or AGENTREPLAY_REDACT_* settings), and a secret in the request "
+            "can be redacted otherwise under them. Replay with the rules it was recorded with, "
+            "or record it again")
+    elif mine and theirs and mine - theirs:
+        diverged.detail += (
+            "; the request holds secrets whose placeholders (<secret:...>) the recording does "
+            "not: if the secrets are the same, the run was recorded with another redaction key"
+            + ("" if recorded_rules is not None else
+               " (or, as this run does not say which rules it was recorded with, by an "
+               "agentreplay whose redaction rules differ)")
+            + ". Replay with the key it was recorded with (AGENTREPLAY_REDACTION_KEY, else "
+            "AGENTREPLAY_HMAC_KEY, else the recording user's redaction.key file)")
+    else:
         return
-    diverged.detail += (
-        "; the request holds secrets whose placeholders (<secret:...>) the recording does not: "
-        "if the secrets are the same, the run was recorded with another redaction key. Replay "
-        "with the key it was recorded with (AGENTREPLAY_REDACTION_KEY, else "
-        "AGENTREPLAY_HMAC_KEY, else the recording user's redaction.key file)")
     diverged.args = (diverged._message(),)
