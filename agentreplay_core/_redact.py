@@ -286,6 +286,13 @@ class Redactor:
                 if whole != string.text:
                     spans.append((starts[0], starts[-1], json.dumps(whole)[1:-1]))
                 continue
+            inner = self._json_spans(string.text) if string.under in JSON_TEXT_KEYS else None
+            if inner is not None:  # JSON text in the JSON text, as a dict's redaction finds it
+                spans.extend((starts[first], starts[last], json.dumps(replacement)[1:-1])
+                             for first, last, replacement in inner)
+                continue
+            if self._text(string.text, self._scanner) is string.text:
+                continue  # clean (memoised: the same strings come again in every prompt)
             spans.extend((starts[first], starts[last],
                           self.placeholder(string.text[first:last], rule))
                          for first, last, rule in self._find(string.text))

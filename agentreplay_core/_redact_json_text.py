@@ -52,6 +52,8 @@ class JsonString:
     starts: list[int]
     #: the field rule of the outermost key it is under (as a dict's redaction applies it)
     field: str | None
+    #: the key whose value it is (None for a key, or a string in an array)
+    under: str | None
 
 
 def json_strings(text: str, secret_field: Callable[[str], str | None]) -> list[JsonString] | None:
@@ -59,7 +61,8 @@ def json_strings(text: str, secret_field: Callable[[str], str | None]) -> list[J
     not one."""
     if not _OPENING.match(text):
         return None
-    # one frame per open container: [is an object, a key comes next, the rule of its key]
+    # one frame per open container: [is an object, a key comes next, the rule of its key,
+    # its key]
     frames: list[list[object]] = []
     out: list[JsonString] = []
     at = 0
@@ -73,13 +76,15 @@ def json_strings(text: str, secret_field: Callable[[str], str | None]) -> list[J
             return out
         body = found.start(1)
         decoded, starts = _decoded(found.group(1), body)
-        is_key = bool(frames) and frames[-1][0] is True and frames[-1][1] is True
-        if is_key:
-            frames[-1][2] = secret_field(decoded)
-            field = None
+        in_object = bool(frames) and frames[-1][0] is True
+        if in_object and frames[-1][1] is True:  # a key
+            frames[-1][2], frames[-1][3] = secret_field(decoded), decoded
+            field = under = None
         else:
             field = next((f[2] for f in frames if isinstance(f[2], str)), None)
-        out.append(JsonString(decoded, starts, field))
+            key = frames[-1][3] if in_object else None
+            under = key if isinstance(key, str) else None
+        out.append(JsonString(decoded, starts, field, under))
         at = found.end()
 
 
@@ -94,15 +99,15 @@ def json_keys(text: str) -> list[str]:
 def _structure(between: str, frames: list[list[object]]) -> None:
     for char in between:
         if char == "{":
-            frames.append([True, True, None])
+            frames.append([True, True, None, None])
         elif char == "[":
-            frames.append([False, False, None])
+            frames.append([False, False, None, None])
         elif char in "}]":
             if frames:
                 frames.pop()
         elif frames and frames[-1][0] is True:
             if char == ",":
-                frames[-1][1], frames[-1][2] = True, None
+                frames[-1][1:] = [True, None, None]
             elif char == ":":
                 frames[-1][1] = False
 

@@ -58,12 +58,15 @@ def test_a_secret_escaped_in_json_pieces_gets_the_placeholder_of_the_secret_itse
 
 
 #: keys a tool's arguments may have: fields the default rules call secret, and others
-_KEYS = st.sampled_from(["password", "api_key", "Authorization", "note", "cmd", "to", "x"])
+_KEYS = st.sampled_from(["password", "api_key", "Authorization", "note", "cmd", "to", "x",
+                         "arguments"])
 _WORDS = st.sampled_from([*(f.in_text for f in FAKES), "PASSWORD=hunter2-long\nls -la",
                           'say "hi"', "caf\u00e9 \U0001f600", "tab\there", "", "a\\b"])
 _TEXTS = st.lists(_WORDS, max_size=3).map(" ".join)
+#: JSON text in the arguments (a tool that takes another call's arguments, as text)
+_NESTED = st.dictionaries(_KEYS, _TEXTS, max_size=3).map(json.dumps)
 _VALUES = st.recursive(
-    st.one_of(_TEXTS, st.integers(), st.booleans(), st.none()),
+    st.one_of(_TEXTS, _NESTED, st.integers(), st.booleans(), st.none()),
     lambda inner: st.one_of(st.lists(inner, max_size=3),
                             st.dictionaries(_KEYS, inner, max_size=4)),
     max_leaves=12)
