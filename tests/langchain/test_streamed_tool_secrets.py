@@ -115,16 +115,6 @@ def streamed(model: Any, **config: Any) -> AIMessageChunk:
     return merged
 
 
-def parsed(value: Any) -> Any:
-    """`value` with the arguments' texts in it parsed, as LangChain parses them."""
-    if isinstance(value, dict):
-        return {k: json.loads(v, strict=False) if k in ("args", "arguments", "partial_json")
-                and isinstance(v, str) else parsed(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [parsed(v) for v in value]
-    return value
-
-
 def view(message: AIMessageChunk) -> dict[str, Any]:
     return {"content": message.content, "tool_calls": message.tool_calls,
             "invalid_tool_calls": message.invalid_tool_calls,
@@ -288,7 +278,8 @@ def test_an_agent_streaming_secret_arguments_replays_to_the_tool_step(
     assert ran == [LOGIN] and live[-1].text == "done: ops ran 2 lines"
     chat, called, _ = store.load_steps(rec.run_id)
     stored = json.dumps(chat.output)
-    assert not any(secret in stored for secret in ("correct horse", "s3cr3t", "abcdefgh"))
+    assert not any(word in stored for word in ("correct", "horse", "staple", "s3cr3t",
+                                               "abcdefgh"))
     merged = functools.reduce(operator.add, [revive(c).message for c in chat.output["chunks"]])
     assert merged.tool_calls[0]["args"] == called.input["input"]  # what replay sends the tool
     assert merged.tool_calls[0]["args"]["script"].endswith("\nls -la")
