@@ -81,6 +81,21 @@ class _RedactWalk(TreeTransform):
         return self._redactor._json_text(s, self._scanner)
 
 
+def _spliced(text: str, spans: Sequence[tuple[int, int, str]]) -> str:
+    """`text` with each (start, end) span replaced by its replacement (`text` itself when
+    there are none: callers tell "unchanged" by identity)."""
+    if not spans:
+        return text
+    pieces: list[str] = []
+    done = 0
+    for start, end, replacement in spans:
+        pieces.append(text[done:start])
+        pieces.append(replacement)
+        done = end
+    pieces.append(text[done:])
+    return "".join(pieces)
+
+
 class Redactor:
     """Finds secrets by shape and by field name and replaces them with keyed placeholders.
 
@@ -261,16 +276,7 @@ class Redactor:
     def _json_text(self, s: str, scanner: Scanner) -> str:
         """JSON text redacted as the value it parses to (plain text if it is no JSON)."""
         spans = self._json_spans(s)
-        if spans is None:
-            return self._text(s, scanner)
-        pieces: list[str] = []
-        done = 0
-        for start, end, replacement in spans:
-            pieces.append(s[done:start])
-            pieces.append(replacement)
-            done = end
-        pieces.append(s[done:])
-        return "".join(pieces) if spans else s
+        return self._text(s, scanner) if spans is None else _spliced(s, spans)
 
     def _json_spans(self, text: str) -> list[tuple[int, int, str]] | None:
         """(start, end, replacement) of each secret in JSON text, found in its strings as a
@@ -291,11 +297,10 @@ class Redactor:
                 spans.extend((starts[first], starts[last], json.dumps(replacement)[1:-1])
                              for first, last, replacement in inner)
                 continue
-            if self._text(string.text, self._scanner) is string.text:
-                continue  # clean (memoised: the same strings come again in every prompt)
+            # clean strings are memoised: the same strings come again in every prompt
             spans.extend((starts[first], starts[last],
                           self.placeholder(string.text[first:last], rule))
-                         for first, last, rule in self._find(string.text))
+                         for first, last, rule in self._found(string.text, self._scanner))
         return spans
 
     def may_hold_secrets(self, *canonical: bytes) -> bool:
@@ -408,27 +413,30 @@ class Redactor:
 
     def _text(self, s: str, scanner: Scanner) -> str:
         """`s` redacted with `scanner`'s rules (all the rules that can match it), memoised."""
-        memo = self._texts
-        if s in memo.clean:
+        if s in self._texts.clean:  # the common case, first
             return s
-        known = memo.dirty.get(s)
+        known = self._texts.dirty.get(s)
         if known is not None:
             return known
+        spans = self._found(s, scanner)
+        if not spans:
+            return s
+        out = _spliced(s, [(start, end, self.placeholder(s[start:end], name))
+                           for start, end, name in spans])
+        self._texts.remember([s], out)
+        return out
+
+    def _found(self, s: str, scanner: Scanner) -> list[tuple[int, int, str]]:
+        """(start, end, rule name) of each secret in `s`; a text without any is remembered
+        as clean, and not searched again."""
+        memo = self._texts
+        if s in memo.clean:
+            return []
         if len(s) < scanner.min_length:
             if len(s) >= self._scanner.min_length:  # too short for all rules it could match
                 memo.remember([s], None)
-            return s
+            return []
         spans = scanner.find(s)
         if not spans:
             memo.remember([s], None)
-            return s
-        pieces: list[str] = []
-        done = 0
-        for start, end, name in spans:
-            pieces.append(s[done:start])
-            pieces.append(self.placeholder(s[start:end], name))
-            done = end
-        pieces.append(s[done:])
-        out = "".join(pieces)
-        memo.remember([s], out)
-        return out
+        return spans
