@@ -9,18 +9,18 @@ stored empty, with what it adds under `"grown"` (its place, and the suffix); rep
 it from the chunk before. Short strings (an id, a name) are kept as they are: their place
 would take as much room as they do. What a tool call's arguments add is stored under the
 arguments' own key (`[place, {"arguments": suffix}]`): redaction and `secrets=` then treat it
-as the JSON text it is part of (`JSON_TEXT_KEYS`), a secret going back JSON-escaped.
+as the JSON text it is part of (`holds_json`), a secret going back JSON-escaped.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from agentreplay_core._redact_json_text import JSON_TEXT_KEYS
 from agentreplay_llamaindex._chunk_places import (
     Place,
     at,
     growing_texts,
+    holds_json,
     replaced,
     with_edits,
 )
@@ -51,8 +51,7 @@ def compacted_growth(chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _stored(place: Place, suffix: str) -> str | dict[str, str]:
-    key = place[-1]
-    return {key: suffix} if isinstance(key, str) and key in JSON_TEXT_KEYS else suffix
+    return {str(place[-1]): suffix} if holds_json(place) else suffix
 
 
 def expanded_growth(chunk: dict[str, Any], before: dict[str, Any] | None) -> dict[str, Any]:

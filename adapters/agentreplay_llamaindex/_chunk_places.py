@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from agentreplay_core._redact_json_text import JSON_TEXT_KEYS
 from agentreplay_llamaindex._chunk_texts import CONTINUED
 
 Place = tuple[str | int, ...]
@@ -21,6 +22,12 @@ Member = tuple[int, Place]  # a chunk's number, and where in it a piece of a tex
 #: `"continued"`, apart)
 GROWING: tuple[Place, ...] = (("response", "message", "blocks"),
                               ("response", "message", "additional_kwargs"), ("tool_calls",))
+
+
+def holds_json(place: Place) -> bool:
+    """Whether the string at `place` is JSON text (a tool call's arguments), redacted and
+    handed back as JSON (`JSON_TEXT_KEYS`)."""
+    return bool(place) and place[-1] in JSON_TEXT_KEYS
 
 
 def at(value: Any, place: Place) -> Any:

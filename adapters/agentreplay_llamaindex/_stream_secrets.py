@@ -24,8 +24,14 @@ from collections.abc import Iterator, Sequence
 from itertools import accumulate, pairwise
 from typing import Any, Protocol
 
-from agentreplay_core._redact_json_text import JSON_TEXT_KEYS
-from agentreplay_llamaindex._chunk_places import Member, Place, at, growing_texts, with_edits
+from agentreplay_llamaindex._chunk_places import (
+    Member,
+    Place,
+    at,
+    growing_texts,
+    holds_json,
+    with_edits,
+)
 from agentreplay_llamaindex._chunk_texts import text_places
 
 
@@ -62,7 +68,7 @@ def _redact_growing(chunks: list[dict[str, Any]], members: list[Member],
     pieces = [texts[0]] + [text[len(before):] for before, text in pairwise(texts)]
     if not any(pieces[1:]):
         return  # the same string in each chunk: the recorder redacts it as it is
-    redacted = redact_pieces(pieces, json_text=members[0][1][-1] in JSON_TEXT_KEYS)
+    redacted = redact_pieces(pieces, json_text=holds_json(members[0][1]))
     for member, text, new in zip(members, texts, accumulate(redacted), strict=True):
         if new != text:
             yield member, new
