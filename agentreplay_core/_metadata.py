@@ -107,7 +107,7 @@ def run_metadata(user: dict[str, Any] | None, tags: Iterable[str], durability: s
         "durability": durability, "entropy": entropy,
         # who is recording, where the stale-run reaper looks (user keys cannot shadow it)
         "pid": os.getpid(), "host": socket.gethostname(),
-        # which redaction rules made its placeholders (see `add_key_hint`)
+        # which redaction rules made its placeholders (see `add_redaction_hint`)
         "redaction": None if redaction is None else redaction.rules_digest,
     }
     encoded: dict[str, Any] = encode(meta, path="metadata")  # user values: any encodable

@@ -23,7 +23,7 @@ from agentreplay_core._model import Run, Step, check_kind
 from agentreplay_core._recorded_errors import error_from_record, is_cancellation
 from agentreplay_core._recorder import Recorder
 from agentreplay_core._redact import Redactor
-from agentreplay_core._redact_replay import add_key_hint, restore_secrets, shown_request
+from agentreplay_core._redact_replay import add_redaction_hint, restore_secrets, shown_request
 from agentreplay_core._replay_index import InsideIndex, KeyedQueues
 
 MatchMode = Literal["keyed", "sequential"]
@@ -246,7 +246,7 @@ class Player:
             pending=pending, expected_next=expected_next,
             recorded_total=sum(1 for s in self._steps if s.kind == kind and s.name == name))
         if self.redactor is not None:  # say if other redaction is a likely cause
-            add_key_hint(diverged, redacted,
+            add_redaction_hint(diverged, redacted,
                          [s for s in pending if s.kind == kind and s.name == name],
                          (meta_redaction(self.run), self.redactor.rules_digest))
         if tentative:

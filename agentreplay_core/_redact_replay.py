@@ -146,8 +146,8 @@ def _digests(tree: Json) -> set[str]:
     return {m.group(2) for m in PLACEHOLDER.finditer(text)} if "<secret:" in text else set()
 
 
-def add_key_hint(diverged: ReplayDivergence, redacted: Json, recorded: Sequence[Step],
-                 rules: tuple[str | None, str] | None = None) -> None:
+def add_redaction_hint(diverged: ReplayDivergence, redacted: Json, recorded: Sequence[Step],
+                       rules: tuple[str | None, str]) -> None:
     """Say why a request that holds secrets, or whose recorded calls of this name held some,
     may have diverged: the run was recorded with other redaction rules (`rules`: the digest
     of those it was recorded with, None if it does not say, and of those in use), which can
@@ -157,7 +157,7 @@ def add_key_hint(diverged: ReplayDivergence, redacted: Json, recorded: Sequence[
     theirs: set[str] = set()
     for step in recorded:
         theirs |= _digests(step.input)
-    recorded_rules, current_rules = rules if rules is not None else (None, "")
+    recorded_rules, current_rules = rules
     if recorded_rules is not None and recorded_rules != current_rules:
         if not (mine or theirs):
             return
