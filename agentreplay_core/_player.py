@@ -247,8 +247,8 @@ class Player:
             recorded_total=sum(1 for s in self._steps if s.kind == kind and s.name == name))
         if self.redactor is not None:  # say if other redaction is a likely cause
             add_redaction_hint(diverged, redacted,
-                         [s for s in pending if s.kind == kind and s.name == name],
-                         (meta_redaction(self.run), self.redactor.rules_digest))
+                               [s for s in pending if s.kind == kind and s.name == name],
+                               (meta_redaction(self.run), self.redactor.rules_digest))
         if tentative:
             return diverged
         if self.diverged is None:
