@@ -39,8 +39,10 @@ _KEY = re.compile(r'"((?:[^"\\]|\\.)*)"\s*:')
 _STRING = re.compile(r'"((?:[^"\\]|\\.)*)("?)', re.DOTALL)
 #: what JSON has outside strings: structure, numbers, true, false, null, whitespace
 _BETWEEN = re.compile(r"[\s{}\[\],:0-9eE+\-.truefalsn]*\Z")
-#: an escape (two \u escapes together may be one surrogate pair), or a run of plain text
-_PIECE = re.compile(r"\\u[0-9a-fA-F]{4}(?:\\u[0-9a-fA-F]{4})?|\\.|[^\\]+|\\", re.DOTALL)
+#: an escape (a surrogate pair, as `json.dumps` writes a character beyond U+FFFF, is one:
+#: only a high surrogate's escape pairs with the next), or a run of plain text
+_PIECE = re.compile(r"\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+                    r"|\\u[0-9a-fA-F]{4}|\\.|[^\\]+|\\", re.DOTALL)
 
 
 @dataclass(frozen=True)

@@ -464,3 +464,13 @@ def test_other_redaction_rules_diverge_with_a_hint_naming_them(tmp_path: Path) -
     with open_store(url, redaction=Redactor(key=KEY, fields=["x-acme-session"])) as same, \
             same.replay(rec.run_id) as p:
         assert p.next("llm", "m", request) == "ok"
+
+
+def test_a_character_escaped_as_a_surrogate_pair_in_json_text_is_one_character() -> None:
+    # `json.dumps` writes a character beyond U+FFFF as two \u escapes, which may follow
+    # another \u escape: the text must give the placeholder the parsed dict gives
+    redactor = Redactor(key=KEY)
+    arguments = {"password": "tab\x1f\U0001f511key", "note": "\x1f\U0001f511 sk-proj-" + "Kk8" * 10}
+    text = redactor.redact({"arguments": json.dumps(arguments)})["arguments"]
+    assert "\\u001f\\ud83d\\udd11" in json.dumps(arguments)
+    assert json.loads(text) == redactor.redact(arguments)
