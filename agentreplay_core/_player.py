@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Literal
@@ -23,12 +24,18 @@ from agentreplay_core._model import Run, Step, check_kind
 from agentreplay_core._recorded_errors import error_from_record, is_cancellation
 from agentreplay_core._recorder import Recorder
 from agentreplay_core._redact import Redactor
-from agentreplay_core._redact_replay import add_redaction_hint, restore_secrets, shown_request
+from agentreplay_core._redact_replay import (
+    SecretMatcher,
+    add_redaction_hint,
+    restore_secrets,
+    shown_request,
+)
 from agentreplay_core._replay_index import InsideIndex, KeyedQueues
 
 MatchMode = Literal["keyed", "sequential"]
 MATCH_MODES: tuple[str, ...] = ("keyed", "sequential")
 ForkStarter = Callable[[ReplayDivergence, list[Step]], Recorder]
+log = logging.getLogger("agentreplay")
 
 
 #: kinds `check_kind` accepted already (a handful per process): skips its regex per call
@@ -68,6 +75,8 @@ class Player:
         if secrets is not None:
             steps = restore_secrets(steps, secrets, redactor)
         self._steps = steps
+        #: matches requests holding secrets to their steps whatever the redaction rules
+        self._secret_matcher = None if redactor is None else SecretMatcher(redactor, steps)
         self._consumed: set[int] = set()
         self._lock = threading.Lock()
         self._keyed = KeyedQueues(steps)
@@ -213,23 +222,27 @@ class Player:
             if len(_CHECKED_KINDS) < 256:
                 _CHECKED_KINDS.add(kind)
         name = clean_label(name)
-        redacted = None
+        redacted = sent = None
         if self.redactor is None:
             key = match_key or match_key_of_canonical(
                 kind, name, canonical_bytes(encode(request, path="request")))
         else:
-            key, redacted = self._redacted_key(kind, name, request, match_key)
+            key, redacted, sent = self._redacted_key(kind, name, request, match_key)
             if redacted is not None:  # never show the secret in a divergence report
                 request = shown_request(redacted)
         if path is None:  # where the recorder would have put this call
             path = join_path(current_path(), f"{kind}:{name}")
+        path = clean_label(path)
         with self._lock:
-            step, expected_next = self._take(kind, name, key, clean_label(path))
+            step, expected_next = self._take(kind, name, key, path)
+            near = None
+            if step is None and sent is not None:
+                step, near = self._take_by_secrets(kind, name, sent, path, expected_next)
             if step is None:
                 # built by a call: an exception held in a local here would keep this frame
                 # (and what it references) alive in a cycle after it is raised
                 raise self._divergence(kind, name, request, key, path, expected_next, redacted,
-                                       tentative)
+                                       tentative, near, compared=sent is not None)
             self._consume(step)
             self._served.append(step)
             fork = self.fork
@@ -238,8 +251,8 @@ class Player:
         return step
 
     def _divergence(self, kind: str, name: str, request: Any, key: str, path: str,
-                    expected_next: Step | None, redacted: Any, tentative: bool
-                    ) -> ReplayDivergence:
+                    expected_next: Step | None, redacted: Any, tentative: bool,
+                    near: Step | None, *, compared: bool) -> ReplayDivergence:
         pending = self.unconsumed()
         diverged = divergence(
             run_id=self.run_id, kind=kind, name=name, request=request, key=key, path=path,
@@ -248,7 +261,8 @@ class Player:
         if self.redactor is not None:  # say if other redaction is a likely cause
             add_redaction_hint(diverged, redacted,
                                [s for s in pending if s.kind == kind and s.name == name],
-                               (meta_redaction(self.run), self.redactor.rules_digest))
+                               (meta_redaction(self.run), self.redactor.rules_digest),
+                               near=near, compared=compared)
         if tentative:
             return diverged
         if self.diverged is None:
@@ -259,23 +273,25 @@ class Player:
         return later
 
     def _redacted_key(self, kind: str, name: str, request: Any, match_key: str | None
-                      ) -> tuple[str, Any]:
-        """The match key of the request as the recorder saw it (secrets replaced), and the
-        redacted encoded request if redaction changed it (else None)."""
+                      ) -> tuple[str, Any, Any]:
+        """The match key of the request as the recorder saw it (secrets replaced), the
+        redacted encoded request if redaction changed it (else None), and the encoded request
+        as sent, to compare with recorded ones if the key is not found (None when the caller
+        gave the key: it cannot be compared)."""
         assert self.redactor is not None
         try:
             encoded = encode(request, path="request")
         except SerializationError:
             if match_key is None:
                 raise
-            return match_key, None  # stored as unencodable: its caller-computed key stands
+            return match_key, None, None  # stored as unencodable: its caller's key stands
         if match_key is None and (kind, name) not in self._secret_requests:
             # A request recorded exactly as it is sent now needs no redaction: redaction
             # leaves what it stored unchanged (placeholders included), so it would give the
             # same key. Only a request the recording does not hold as is pays for it.
             key = match_key_of_canonical(kind, name, canonical_bytes(encoded))
             if self._keyed.holds((kind, name, key)):
-                return key, None
+                return key, None, encoded
         redacted, changed = self.redactor.redact_encoded(encoded)
         if changed and match_key is None and len(self._secret_requests) < 1024:
             self._secret_requests.add((kind, name))  # this call's requests hold secrets
@@ -286,7 +302,33 @@ class Player:
             key = self.redactor.rekey(match_key)
         else:
             key = match_key
-        return key, redacted if changed else None
+        return key, redacted if changed else None, encoded if match_key is None else None
+
+    def _take_by_secrets(self, kind: str, name: str, sent: Any, path: str,
+                         expected_next: Step | None) -> tuple[Step | None, Step | None]:
+        """(the recorded step of a request whose redaction gave another key than the
+        recording's, found by comparing it as sent with the recorded requests holding
+        placeholders, else None; a recorded request that is it but for its secrets)."""
+        matcher = self._secret_matcher
+        assert matcher is not None
+        holding = matcher.holding(kind, name)
+        if not holding:
+            return None, None
+        if self.match == "sequential":
+            candidates = [s for s in holding if s is expected_next]
+        else:
+            consumed = self._consumed
+            pending = [s for s in holding if s.step not in consumed]
+            candidates = [s for s in pending if s.path == path] + \
+                [s for s in pending if s.path != path]
+        found, near = matcher.find(sent, candidates)
+        if found is not None and matcher.matched == 1:
+            log.info("replay of run %s: a request holding secrets (%s %r, step %d) matched "
+                     "its recording as sent, not by its key, as it is redacted otherwise now "
+                     "(redaction rules recorded: %s, in use: %s)", self.run_id, kind, name,
+                     found.step, meta_redaction(self.run) or "not stored",
+                     matcher.rules_digest)
+        return found, near
 
     async def anext(
         self,

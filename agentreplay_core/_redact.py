@@ -203,10 +203,15 @@ class Redactor:
     def _digest(self, secret: str) -> str:
         digest = self._digests.get(secret)
         if digest is None:
-            mac = hmac.new(self.key, _DOMAIN + secret.encode("utf-8", "surrogatepass"),
-                           hashlib.sha256)
-            return remembered(self._digests, secret, mac.hexdigest()[:12])
+            return remembered(self._digests, secret, self.digest_of(secret))
         return digest
+
+    def digest_of(self, secret: str) -> str:
+        """The 12 hex digits of `secret`'s placeholder (not remembered: replay tries many
+        candidate texts against a recorded placeholder)."""
+        mac = hmac.new(self.key, _DOMAIN + secret.encode("utf-8", "surrogatepass"),
+                       hashlib.sha256)
+        return mac.hexdigest()[:12]
 
     def placeholder(self, secret: str, rule: str = "custom") -> str:
         """The placeholder `secret` becomes under the rule named `rule`."""

@@ -1,5 +1,6 @@
-"""Redaction on the replay side: secrets handed back on request, and a hint when placeholders
-of secrets differ from the recording's (the run was recorded under another redaction key)."""
+"""Redaction on the replay side: secrets handed back on request, requests matched to their
+recording whatever the redaction rules were, and a hint when placeholders of secrets differ
+from the recording's (the run was recorded under another redaction key)."""
 
 from __future__ import annotations
 
@@ -14,14 +15,9 @@ from agentreplay_core._divergence import peek
 from agentreplay_core._errors import ReplayDivergence
 from agentreplay_core._model import Step
 from agentreplay_core._redact import Redactor
+from agentreplay_core._redact_match import Likeness, Verifier, compare_redacted, secret_forms
 from agentreplay_core._redact_rules import PLACEHOLDER
 from agentreplay_core._redact_walk import TreeTransform
-
-
-def _digest_of(redactor: Redactor, secret: str) -> str:
-    m = PLACEHOLDER.fullmatch(redactor.placeholder(secret))
-    assert m is not None
-    return m.group(2)
 
 
 def secret_map(redactor: Redactor, secrets: Mapping[str, str] | Iterable[str]
@@ -48,16 +44,16 @@ def secret_map(redactor: Redactor, secrets: Mapping[str, str] | Iterable[str]
     for value in secrets:
         if not isinstance(value, str) or not value:
             raise ValueError(f"secrets= lists secrets as non-empty strings, not {value!r}")
-        found[_digest_of(redactor, value)] = value
+        found[redactor.digest_of(value)] = value
         # a value redacted as a whole field had its pattern secrets replaced first
         inner = redactor.redact_text(value)
         if inner is not value:
-            found[_digest_of(redactor, inner)] = value
+            found[redactor.digest_of(inner)] = value
         # a secret inside JSON text that is not a tool call's arguments (a tool's JSON string
         # result) was redacted as it is written there, escapes and all: it goes back so
         for escaped in {json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]}:
             if escaped != value:
-                digest = _digest_of(redactor, escaped)
+                digest = redactor.digest_of(escaped)
                 if digest not in found:
                     found[digest] = escaped
                     escapes.add(digest)
@@ -130,6 +126,56 @@ def restore_secrets(steps: list[Step], secrets: Mapping[str, str] | Iterable[str
     return out
 
 
+def secret_verifier(redactor: Redactor) -> Verifier:
+    """Whether a text is the secret of a placeholder's digest under `redactor`'s key, in any
+    form the recorder may have hashed it in (`secret_forms`)."""
+    def is_secret(text: str, digest: str, whole: bool) -> bool:
+        return any(redactor.digest_of(form) == digest
+                   for form in secret_forms(text, whole, redactor.redact_text))
+    return is_secret
+
+
+class SecretMatcher:
+    """Finds the recorded step of a request that holds secrets when its redaction now gives
+    another key than the recording's (see `_redact_match`)."""
+
+    def __init__(self, redactor: Redactor, steps: Sequence[Step]) -> None:
+        self._redactor = redactor
+        self._is_secret = secret_verifier(redactor)
+        self._steps = steps
+        #: steps whose requests hold placeholders, by (kind, name): built on first use
+        self._holding: dict[tuple[str, str], list[Step]] | None = None
+        #: how many requests were matched so
+        self.matched = 0
+
+    @property
+    def rules_digest(self) -> str:
+        return self._redactor.rules_digest
+
+    def holding(self, kind: str, name: str) -> list[Step]:
+        """The steps of this call whose requests hold placeholders, in step order."""
+        if self._holding is None:
+            self._holding = {}
+            for step in self._steps:
+                if _digests(step.input):
+                    self._holding.setdefault((step.kind, step.name), []).append(step)
+        return self._holding.get((kind, name), [])
+
+    def find(self, request: Json, candidates: Iterable[Step]) -> tuple[Step | None, Step | None]:
+        """(the first candidate whose recorded request is `request` (encoded, not redacted)
+        with each placeholder's secret in its place, else None; the first that is `request`
+        but for the text at its placeholders, else None)."""
+        near = None
+        for step in candidates:
+            likeness = compare_redacted(step.input, request, self._is_secret)
+            if likeness is Likeness.SAME:
+                self.matched += 1
+                return step, None
+            if likeness is Likeness.SECRETS_DIFFER and near is None:
+                near = step
+        return None, near
+
+
 def shown_request(redacted: Json) -> Any:
     """A redacted request as a divergence report shows it (decoded where possible)."""
     try:
@@ -147,27 +193,43 @@ def _digests(tree: Json) -> set[str]:
 
 
 def add_redaction_hint(diverged: ReplayDivergence, redacted: Json, recorded: Sequence[Step],
-                       rules: tuple[str | None, str]) -> None:
+                       rules: tuple[str | None, str], *, near: Step | None = None,
+                       compared: bool = False) -> None:
     """Say why a request that holds secrets, or whose recorded calls of this name held some,
-    may have diverged: the run was recorded with other redaction rules (`rules`: the digest
-    of those it was recorded with, None if it does not say, and of those in use), which can
-    take a secret's text otherwise or not at all; or, when the request's placeholders are not
-    the recording's while it holds others, with another redaction key."""
+    may have diverged.
+
+    `near`: a recorded step that is this request but for the text at its placeholders, which
+    is not their secret under this replay's key: another redaction key, or another secret.
+    `compared`: the request was compared with its recorded calls as sent (`SecretMatcher`),
+    so other redaction rules (`rules`: the digest of those it was recorded with, None if it
+    does not say, and of those in use) are no cause; otherwise they may be, as may another
+    key when the request's placeholders are not the recording's while it holds others.
+    """
+    recorded_rules, current_rules = rules
+    if near is not None:
+        diverged.detail += (
+            f"; it is the request recorded at step {near.step} but for its secrets: the text "
+            "where the recording holds placeholders (<secret:...>) is not their secret under "
+            "this replay's redaction key. Either the run was recorded with another redaction "
+            "key (replay with the key it was recorded with: AGENTREPLAY_REDACTION_KEY, else "
+            "AGENTREPLAY_HMAC_KEY, else the recording user's redaction.key file), or the "
+            "secret differs now (a rotated key, another password)")
+        diverged.args = (diverged._message(),)
+        return
     mine = _digests(redacted) if redacted is not None else set()
     theirs: set[str] = set()
     for step in recorded:
         theirs |= _digests(step.input)
-    recorded_rules, current_rules = rules
-    if recorded_rules is not None and recorded_rules != current_rules:
+    if recorded_rules is not None and recorded_rules != current_rules and not compared:
         if not (mine or theirs):
             return
         diverged.detail += (
             "; the run was recorded with other redaction rules than this replay's (rules "
             f"{recorded_rules}, now {current_rules}: another agentreplay version, or other "
-            "fields=, patterns= or AGENTREPLAY_REDACT_* settings), and a secret in the request "
-            "can be redacted otherwise under them. Replay with the rules it was recorded with, "
-            "or record it again")
-    elif mine and theirs and mine - theirs:
+            "fields=, patterns= or AGENTREPLAY_REDACT_* settings), and a secret in a request "
+            "keyed by its caller (match_key=) can be redacted otherwise under them. Replay "
+            "with the rules it was recorded with, or record it again")
+    elif mine and theirs and mine - theirs and not compared:
         diverged.detail += (
             "; the request holds secrets whose placeholders (<secret:...>) the recording does "
             "not: if the secrets are the same, the run was recorded with another redaction key"
