@@ -239,6 +239,9 @@ class Player:
             if step is None and sent is not None:
                 step, near = self._take_by_secrets(kind, name, sent, path, expected_next)
             if step is None:
+                if near is not None:  # nor the secrets the rules in use do not know
+                    assert self._secret_matcher is not None
+                    request = self._secret_matcher.shown(near, sent)
                 # built by a call: an exception held in a local here would keep this frame
                 # (and what it references) alive in a cycle after it is raised
                 raise self._divergence(kind, name, request, key, path, expected_next, redacted,

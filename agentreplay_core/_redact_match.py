@@ -97,28 +97,21 @@ class _Comparison:
             return Likeness.SAME
         if "<secret:" not in recorded:
             return Likeness.DIFFERENT
-        literals: list[str] = []
-        placeholders: list[tuple[str, str]] = []  # (as written, digest)
-        done = 0
-        for m in PLACEHOLDER.finditer(recorded):
-            literals.append(recorded[done:m.start()])
-            placeholders.append((m.group(0), m.group(2)))
-            done = m.end()
-        literals.append(recorded[done:])
-        if not placeholders or not _aligns(literals, live):
+        literals, placeholders = _parts(recorded)
+        if not placeholders or _spans(literals, live) is None:
             return Likeness.DIFFERENT
         if self._fill(literals, placeholders, live, 0, len(literals[0])):
             return Likeness.SAME
         return Likeness.SECRETS_DIFFER
 
-    def _fill(self, literals: list[str], placeholders: list[tuple[str, str]], live: str,
+    def _fill(self, literals: list[str], placeholders: list[tuple[str, str, str]], live: str,
               index: int, start: int) -> bool:
         """Whether placeholders from `index` on, the first at `start` in `live`, can each be
         given its secret with the literals between them in place (backtracking over where
         each secret ends)."""
         if index == len(placeholders):
             return start == len(live)
-        written, digest = placeholders[index]
+        written, _, digest = placeholders[index]
         after = literals[index + 1]
         last = index == len(placeholders) - 1
         for end in _ends(live, start, after, last):
@@ -134,20 +127,41 @@ class _Comparison:
         return False
 
 
-def _aligns(literals: list[str], live: str) -> bool:
-    """Whether the literals can stand in `live` in order, the first at its start, the last
-    at its end, with at least one character between each two (a secret is never empty).
-    Placing each middle literal leftmost is enough to know."""
+def _parts(recorded: str) -> tuple[list[str], list[tuple[str, str, str]]]:
+    """The text around the placeholders of `recorded`, and each placeholder (as written, its
+    rule, its digest)."""
+    literals: list[str] = []
+    placeholders: list[tuple[str, str, str]] = []
+    done = 0
+    for m in PLACEHOLDER.finditer(recorded):
+        literals.append(recorded[done:m.start()])
+        placeholders.append((m.group(0), m.group(1), m.group(2)))
+        done = m.end()
+    literals.append(recorded[done:])
+    return literals, placeholders
+
+
+def _spans(literals: list[str], live: str) -> list[tuple[int, int]] | None:
+    """Where the secrets stand in `live` when the literals do, in order, the first at its
+    start, the last at its end, with at least one character between each two (a secret is
+    never empty); None if they cannot. Placing each middle literal leftmost is enough to
+    know."""
     first, final = literals[0], literals[-1]
     if not live.startswith(first) or len(live) < len(first) + len(final) + len(literals) - 1:
-        return False
+        return None
+    spans: list[tuple[int, int]] = []
     position = len(first)
     for literal in literals[1:-1]:
         found = live.find(literal, position + 1)
         if found < 0:
-            return False
+            return None
+        spans.append((position, found))
         position = found + len(literal)
-    return live.endswith(final) and len(live) - len(final) >= position + 1
+    end = len(live) - len(final)
+    if not live.endswith(final) or end < position + 1:
+        return None
+    spans.append((position, end))
+    return spans
 
 
 def _ends(live: str, start: int, after: str, last: bool) -> Any:
@@ -165,6 +179,27 @@ def _ends(live: str, start: int, after: str, last: bool) -> Any:
     while found >= 0:
         yield found
         found = live.find(after, found + 1)
+
+
+def masked(recorded: Any, live: Any, mask: Callable[[str, str], str]) -> Any:
+    """`live` with the text where `recorded` holds a placeholder replaced by `mask(text,
+    rule)`, where the two line up: a divergence report shows a request so when it is a
+    recorded one but for its secrets, even those the rules in use do not know."""
+    if type(recorded) is str and type(live) is str and "<secret:" in recorded:
+        literals, placeholders = _parts(recorded)
+        spans = _spans(literals, live)
+        if spans is None:
+            return live
+        pieces, done = [], 0
+        for (start, end), (_, rule, _) in zip(spans, placeholders, strict=True):
+            pieces += [live[done:start], mask(live[start:end], rule)]
+            done = end
+        return "".join([*pieces, live[done:]])
+    if type(recorded) is dict and type(live) is dict:
+        return {k: masked(recorded[k], v, mask) if k in recorded else v for k, v in live.items()}
+    if type(recorded) is list and type(live) is list and len(recorded) == len(live):
+        return [masked(r, v, mask) for r, v in zip(recorded, live, strict=True)]
+    return live
 
 
 def secret_forms(text: str, whole: bool, redact_text: Callable[[str], str]) -> Iterator[str]:

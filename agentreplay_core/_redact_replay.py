@@ -15,7 +15,13 @@ from agentreplay_core._divergence import peek
 from agentreplay_core._errors import ReplayDivergence
 from agentreplay_core._model import Step
 from agentreplay_core._redact import Redactor
-from agentreplay_core._redact_match import Likeness, Verifier, compare_redacted, secret_forms
+from agentreplay_core._redact_match import (
+    Likeness,
+    Verifier,
+    compare_redacted,
+    masked,
+    secret_forms,
+)
 from agentreplay_core._redact_rules import PLACEHOLDER
 from agentreplay_core._redact_walk import TreeTransform
 
@@ -174,6 +180,16 @@ class SecretMatcher:
             if likeness is Likeness.SECRETS_DIFFER and near is None:
                 near = step
         return None, near
+
+
+    def shown(self, near: Step, request: Json) -> Any:
+        """`request` (encoded, as sent) as a divergence report shows it when it is `near`'s
+        request but for its secrets: redacted, and its text where the recording holds
+        placeholders given placeholders too, though the rules in use may not know it as a
+        secret (a field the recording's rules named)."""
+        redactor = self._redactor
+        redacted, _ = redactor.redact_encoded(masked(near.input, request, redactor.placeholder))
+        return shown_request(redacted)
 
 
 def shown_request(redacted: Json) -> Any:

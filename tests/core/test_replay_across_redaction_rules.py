@@ -143,6 +143,21 @@ def test_another_key_says_so(stores: Any) -> None:
     assert "battery" not in str(err.value)
 
 
+def test_another_key_never_shows_a_secret_only_the_recordings_rules_knew(stores: Any) -> None:
+    # CI has neither production's key nor its field names: its rules leave the session as it
+    # is, but the recording says where a secret stands, and the report masks it there
+    request = {"headers": {"x-acme-session": "s3cr3t-session-value"}, "prompt": "hello"}
+    with stores(Redactor(key=KEY, fields=["x-acme-session"])).record() as rec:
+        rec.record("llm", "m", request, "ok")
+    ci = Redactor(key=b"ci machine")
+    with pytest.raises(ReplayDivergence) as err, stores(ci).replay(rec.run_id) as player:
+        player.next("llm", "m", request)
+    assert "but for its secrets" in str(err.value)
+    assert "s3cr3t" not in str(err.value)
+    # the diff shows the placeholder's digest under the key in use
+    assert _digest("s3cr3t-session-value", b"ci machine") in str(err.value)
+
+
 def test_a_request_that_differs_besides_its_secrets_still_diverges(stores: Any) -> None:
     with stores(OLD_RULES).record() as rec:
         rec.record("llm", "m", {"prompt": f'password: "{PASSPHRASE}", then summarise'}, "ok")
