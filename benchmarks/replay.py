@@ -1,6 +1,8 @@
 """Replay cost: a replay model answering from a loaded run against the framework's own fake
 model answering from a list, the same prompts, no callbacks; and, for diagnosis, the cost of
-`Player.next` against the length of the run replayed.
+`Player.next` against the length of the run replayed, and of a conversation whose requests
+hold a secret, replayed under the rules it was recorded with (matched by key) and under others
+(each request compared as sent with its recording).
 
 Each repeat opens the replay anew (outside the measurement: loading is `load_verify`'s
 subject) and asks for every recorded call once, as a replayed agent would.
@@ -10,9 +12,10 @@ from __future__ import annotations
 
 import functools
 import itertools
+import tempfile
 from collections.abc import Callable
 
-from agentreplay_core import Store
+from agentreplay_core import RedactionRule, Redactor, Store, open_store
 from benchmarks._context import Bench
 from benchmarks._db import fresh_store
 from benchmarks._payloads import ANSWER_CHARS, chat_steps, langchain_chat, llamaindex_chat
@@ -96,6 +99,34 @@ def _player_scaling(bench: Bench, store: Store, lengths: tuple[int, ...]) -> dic
                       bench.size(1, 2), warmup=False)
 
 
+def _other_rules(bench: Bench) -> dict[str, Sample]:
+    """Seconds per `player.next` of a growing conversation that holds a quoted passphrase,
+    recorded by rules that take its first word only: replayed under those rules, and under
+    the defaults (which take it whole, so no request's key is found)."""
+    key = b"benchmark redaction key"
+    older = Redactor(key=key, defaults=False, rules=[RedactionRule(
+        "assignment", pattern=r"""(?i:password)["']?\s*[:=]\s*["']?(?P<secret>[^\s"'<>]{6,})""")])
+    history = [{"role": "user", "content": 'DB_PASSWORD="correct horse battery staple"'}]
+    requests = []
+    for turn in range(bench.size(50, 100)):
+        history = [*history, {"role": "assistant", "content": f'turn {turn}: "' + "a" * 400}]
+        requests.append({"messages": history})
+    with tempfile.TemporaryDirectory() as folder:
+        url = f"file:{folder}/runs"
+        with open_store(url, redaction=older) as recording, recording.record() as rec:
+            for request in requests:
+                rec.record("llm", "chat_model", request, "ok")
+
+        def replay(redactor: Redactor) -> float:
+            with open_store(url, redaction=redactor) as store, store.replay(rec.run_id) as p:
+                return per_unit(lambda: [p.next("llm", "chat_model", request)
+                                         for request in requests], len(requests))
+
+        return interleave({"same rules (matched by key)": lambda: replay(older),
+                           "other rules (compared as sent)": lambda: replay(Redactor(key=key))},
+                          bench.repeats)
+
+
 def run(bench: Bench) -> list[Target]:
     report = bench.report
     report.heading("replay: serving recorded chat calls",
@@ -106,9 +137,13 @@ def run(bench: Bench) -> list[Target]:
         li = _llamaindex(bench, store)
         lengths = (100, 1_000) if bench.quick else (100, 1_000, 10_000)
         player = _player_scaling(bench, store, lengths)
+    other_rules = _other_rules(bench)
     report.timing("LangChain", lc, baseline="GenericFakeChatModel.invoke", per="call")
     report.timing("LlamaIndex (no target; for comparison)", li, baseline="MockLLM.chat",
                   per="call")
+    report.timing("Requests holding a secret, replayed under other redaction rules than "
+                  "recorded (no target; for diagnosis)", other_rules,
+                  baseline="same rules (matched by key)", per="call")
     first, last = f"{lengths[0]:,} steps", f"{lengths[-1]:,} steps"
     report.timing("Player.next per call against run length (no target; for diagnosis)",
                   player, baseline=first, per="call")
