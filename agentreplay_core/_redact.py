@@ -46,6 +46,7 @@ from agentreplay_core._redact_rules import (
     RedactionRule,
     env_rules,
     field_rule,
+    field_text_rule,
 )
 from agentreplay_core._redact_scan import Scanner
 from agentreplay_core._redact_walk import TreeTransform, collect_texts
@@ -101,7 +102,8 @@ class Redactor:
 
     Args:
         fields: more dict keys whose values are secrets (exact names, any case), e.g.
-            ``["x-acme-token"]``; placeholders say ``custom_field``.
+            ``["x-acme-token"]``, also written in text before a value (``X-Acme-Token: ...``,
+            ``"x-acme-token": "..."``); placeholders say ``custom_field``.
         patterns: more regexes for secrets inside strings (a group named ``secret`` limits
             what is replaced); placeholders say ``custom``.
         rules: more `RedactionRule` objects (your own placeholder names, needles).
@@ -126,8 +128,8 @@ class Redactor:
     ) -> None:
         chosen = list(DEFAULT_RULES) if defaults else []
         names = [f for f in fields if f]
-        if names:
-            chosen.append(field_rule("custom_field", names))
+        if names:  # as dict keys, and written in text
+            chosen += [field_rule("custom_field", names), field_text_rule("custom_field", names)]
         chosen.extend(RedactionRule("custom", pattern=p) for p in patterns)
         chosen.extend(rules)
         self.rules: tuple[RedactionRule, ...] = tuple(chosen)

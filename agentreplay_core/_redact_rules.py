@@ -97,11 +97,27 @@ class RedactionRule:
 
 def field_rule(name: str, names: Iterable[str]) -> RedactionRule:
     """A rule for dict keys equal (case-insensitively) to one of `names`."""
+    listed = _names(names)
+    alternatives = "|".join(re.escape(n) for n in listed)
+    return RedactionRule(name, fields=rf"\A(?:{alternatives})\Z")
+
+
+def field_text_rule(name: str, names: Iterable[str]) -> RedactionRule:
+    """The same fields written in text: `NAME: value`, `NAME=value`, `"NAME": "value"` (a
+    header dump, JSON text a tool returned), the name whole and in any case. A quoted value
+    is taken whole, as the field's value in a dict is (same placeholder)."""
+    listed = _names(names)
+    alternatives = "|".join(re.escape(n) for n in listed)
+    return RedactionRule(name, pattern=rf"(?<![\w.<-])(?i:{alternatives}){_ASSIGNED}",
+                         needles=(":", "="), keywords=tuple(listed),
+                         min_length=min(len(n) for n in listed) + 7)
+
+
+def _names(names: Iterable[str]) -> list[str]:
     listed = sorted({n for n in names if n})
     if not listed:
         raise ValueError("field_rule needs at least one field name")
-    alternatives = "|".join(re.escape(n) for n in listed)
-    return RedactionRule(name, fields=rf"\A(?:{alternatives})\Z")
+    return listed
 
 
 # Token characters of API keys; `(?<!...)` after the literal prefix (so the regex engine can
@@ -111,11 +127,21 @@ _TOKEN = r"[A-Za-z0-9_-]"
 #: (and `(?<!<)` keeps the `secret:` inside a placeholder from reading as an assignment)
 _VALUE = r"""[^\s"'<>,;{}\[\]()`][^\s"'<>,;{}\[\]()`]{5,}"""
 #: ... or, in quotes, all of it up to the closing quote on the line (a passphrase has spaces:
-#: `password: "correct horse battery staple"`), escapes and all; not a placeholder
-_QUOTED = r"""(?:\\.|(?!(?P=quote))[^\n<>\\]){6,200}(?=(?P=quote))"""
-_SECRET_WORDS = (r"password|passwd|passphrase|secret|api[_-]?key|apikey|credentials?|"
-                 r"authorization|private[_-]?key|(?:access|auth|api|bearer|refresh|session)"
-                 r"[_-]?token")
+#: `password: "correct horse battery staple"`), escapes and all; not a placeholder. In JSON
+#: text inside JSON text (a tool's JSON result holding JSON) the quotes are escaped, `\"`:
+#: the value ends at the quote escaped as its opening one was
+_QUOTED = (r"""(?(esc)(?:(?!(?P=esc)(?P=quote))[^\n<>]){6,200}(?=(?P=esc)(?P=quote))"""
+           r"""|(?:\\.|(?!(?P=quote))[^\n<>\\]){6,200}(?=(?P=quote)))""")
+#: the names of `DEFAULT_FIELDS`, as written before a value in text (alternatives sharing a
+#: first letter are grouped: `re` tries each alternative at every position of the text)
+_SECRET_WORDS = (r"p(?:assw(?:or)?d|assphrase|rivate[_-]?key)|secret|api[_-]?key|"
+                 r"c(?:redentials?|ookie)|authorization|(?:access|auth|api|bearer|refresh|"
+                 r"session|id|ad|oauth|security)[_-]?token")
+#: what follows a secret's name in text: `: value`, `=value`, `": "quoted value"` (an
+#: authorization scheme before the value is no secret)
+_ASSIGNED = (r"""(?:\\*["'])?\s*[:=]\s*(?:(?P<esc>\\+)?(?P<quote>["']))?"""
+             r"(?:(?i:basic|bearer|token|digest)\s+)?(?!(?i:basic|bearer|token|digest)\s)"
+             rf"(?P<secret>(?(quote)(?:{_QUOTED}|{_VALUE})|{_VALUE}))")
 
 #: dict keys whose values are secrets, wherever they occur (headers, kwargs, configs)
 DEFAULT_FIELDS = (
@@ -172,14 +198,11 @@ DEFAULT_RULES: tuple[RedactionRule, ...] = (
                   needles=("BEARER",), min_run=16, min_length=23),
     RedactionRule("url_password", pattern=URL_PASSWORD,
                   needles=("://",), min_length=7),
-    RedactionRule("assignment", pattern=(
-        rf"(?<!<)(?i:{_SECRET_WORDS})[\"']?\s*[:=]\s*(?P<quote>[\"'])?"
-        rf"(?:(?i:basic|bearer|token|digest)\s+)?(?!(?i:basic|bearer|token|digest)\s)"
-        rf"(?P<secret>(?(quote)(?:{_QUOTED}|{_VALUE})|{_VALUE}))"),
-        needles=(":", "="),
-        keywords=("password", "passwd", "passphrase", "secret", "key", "credential",
-                  "credentials", "authorization", "token"),
-        min_length=12),
+    RedactionRule("assignment", pattern=rf"(?<!<)(?i:{_SECRET_WORDS}){_ASSIGNED}",
+                  needles=(":", "="),
+                  keywords=("password", "passwd", "passphrase", "secret", "key", "credential",
+                            "credentials", "authorization", "cookie", "token"),
+                  min_length=12),
 )
 
 

@@ -44,13 +44,15 @@ def _guards(needle: str) -> str:
 
 
 def _keyword_screens(keywords: Sequence[str]) -> tuple[tuple[str, re.Pattern[str]], ...]:
-    """(separator, regex) pairs finding `word:` / `word =` / `"word": ` in lower-cased text
-    read backwards, where each regex starts with its separator: a literal, which `re` searches
-    for fast (forwards, the words would be alternatives: several nanoseconds per character)."""
+    """(separator, regex) pairs finding `word:` / `word =` / `"word": ` / `\\"word\\": ` in
+    lower-cased text read backwards, where each regex starts with its separator: a literal,
+    which `re` searches for fast (forwards, the words would be alternatives: several
+    nanoseconds per character)."""
     if not keywords:
         return ()
     words = "|".join(re.escape(k[::-1]) for k in sorted(set(keywords)))
-    return tuple((sep, re.compile(rf"{re.escape(sep)}\s*[\"']?(?:{words})")) for sep in ":=")
+    # a quote may be escaped (JSON text inside JSON text): read backwards, backslashes after it
+    return tuple((sep, re.compile(rf"{re.escape(sep)}\s*[\"']?\\*(?:{words})")) for sep in ":=")
 
 
 #: how a rule that passed its needles is checked: its screen and pattern; its keyword screens

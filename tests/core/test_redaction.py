@@ -54,7 +54,8 @@ RULE_OF = {"openai": "openai", "anthropic": "anthropic", "aws_access_key": "aws"
            "google": "google", "github": "github", "github_oauth": "github",
            "github_pat": "github", "stripe": "stripe", "huggingface": "huggingface",
            "jwt": "jwt", "slack": "slack", "bearer": "bearer",
-           "pem": "private_key", "password": "assignment", "url_password": "url_password"}
+           "pem": "private_key", "password": "assignment", "url_password": "url_password",
+           "cookie": "assignment"}
 
 
 @pytest.mark.parametrize("fake", fake_secrets(), ids=lambda f: f.kind)

@@ -81,6 +81,9 @@ def fake_secrets() -> list[FakeSecret]:
     add("password", f"pw-{core}", "db password: {}", core)
     core = _random(20)
     add("url_password", core, "postgresql://agent:{}@db.example:5432/prod")
+    core = _random(24)
+    # a tool's JSON result: the field's name in text, the value quoted whole
+    add("cookie", f"sessionid={core}; Path=/", '{{"headers": {{"Cookie": "{}"}}}}', core)
     return out
 
 
