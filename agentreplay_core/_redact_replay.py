@@ -151,7 +151,7 @@ class SecretMatcher:
         self._steps = steps
         #: steps whose requests hold placeholders, by (kind, name): built on first use
         self._holding: dict[tuple[str, str], list[Step]] | None = None
-        #: how many requests were matched so
+        #: how many requests `find` matched (its caller logs the first)
         self.matched = 0
 
     @property
@@ -180,7 +180,6 @@ class SecretMatcher:
             if likeness is Likeness.SECRETS_DIFFER and near is None:
                 near = step
         return None, near
-
 
     def shown(self, near: Step, request: Json) -> Any:
         """`request` (encoded, as sent) as a divergence report shows it when it is `near`'s
