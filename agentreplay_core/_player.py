@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -314,16 +315,18 @@ class Player:
         placeholders, else None; a recorded request that is it but for its secrets)."""
         matcher = self._secret_matcher
         assert matcher is not None
-        holding = matcher.holding(kind, name)
-        if not holding:
+        consumed = self._consumed
+        pending = matcher.pending(kind, name, consumed)
+        if not pending:
             return None, None
-        if self.match == "sequential":
-            candidates = [s for s in holding if s is expected_next]
-        else:
-            consumed = self._consumed
-            pending = [s for s in holding if s.step not in consumed]
-            candidates = [s for s in pending if s.path == path] + \
-                [s for s in pending if s.path != path]
+        candidates: Iterable[Step]
+        if self.match == "sequential":  # the step expected next, if it is this call's
+            candidates = [s for s in (expected_next,)
+                          if s is not None and s.kind == kind and s.name == name]
+        else:  # lazily: the first candidate is the one almost always
+            candidates = itertools.chain(
+                (s for s in pending if s.path == path and s.step not in consumed),
+                (s for s in pending if s.path != path and s.step not in consumed))
         found, near = matcher.find(sent, candidates)
         if found is not None and matcher.matched == 1:
             log.info("replay of run %s: a request holding secrets (%s %r, step %d) matched "

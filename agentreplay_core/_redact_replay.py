@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from typing import Any
 
 from agentreplay_core._codec import canonical_bytes, decode
@@ -151,6 +151,8 @@ class SecretMatcher:
         self._steps = steps
         #: steps whose requests hold placeholders, by (kind, name): built on first use
         self._holding: dict[tuple[str, str], list[Step]] | None = None
+        #: where each of those lists' first step not known to be consumed is
+        self._heads: dict[tuple[str, str], int] = {}
         #: how many requests `find` matched (its caller logs the first)
         self.matched = 0
 
@@ -158,14 +160,22 @@ class SecretMatcher:
     def rules_digest(self) -> str:
         return self._redactor.rules_digest
 
-    def holding(self, kind: str, name: str) -> list[Step]:
-        """The steps of this call whose requests hold placeholders, in step order."""
+    def pending(self, kind: str, name: str, consumed: Container[int]) -> list[Step]:
+        """The steps of this call whose requests hold placeholders and are not consumed, in
+        step order (those consumed at the front are skipped once and for all)."""
         if self._holding is None:
             self._holding = {}
             for step in self._steps:
                 if _digests(step.input):
                     self._holding.setdefault((step.kind, step.name), []).append(step)
-        return self._holding.get((kind, name), [])
+        holding = self._holding.get((kind, name))
+        if not holding:
+            return []
+        head = self._heads.get((kind, name), 0)
+        while head < len(holding) and holding[head].step in consumed:
+            head += 1
+        self._heads[(kind, name)] = head
+        return holding[head:]
 
     def find(self, request: Json, candidates: Iterable[Step]) -> tuple[Step | None, Step | None]:
         """(the first candidate whose recorded request is `request` (encoded, not redacted)
