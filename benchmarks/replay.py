@@ -1,8 +1,8 @@
 """Replay cost: a replay model answering from a loaded run against the framework's own fake
 model answering from a list, the same prompts, no callbacks; and, for diagnosis, the cost of
-`Player.next` against the length of the run replayed, and of a conversation whose requests
-hold a secret, replayed under the rules it was recorded with (matched by key) and under others
-(each request compared as sent with its recording).
+`Player.next` against the length of the run replayed, and of requests holding a secret (a
+growing conversation; a long run of short calls) replayed under the rules they were recorded
+with (matched by key) and under others (each request compared as sent with its recording).
 
 Each repeat opens the replay anew (outside the measurement: loading is `load_verify`'s
 subject) and asks for every recorded call once, as a replayed agent would.
@@ -14,6 +14,7 @@ import functools
 import itertools
 import tempfile
 from collections.abc import Callable
+from typing import Any
 
 from agentreplay_core import RedactionRule, Redactor, Store, open_store
 from benchmarks._context import Bench
@@ -99,18 +100,31 @@ def _player_scaling(bench: Bench, store: Store, lengths: tuple[int, ...]) -> dic
                       bench.size(1, 2), warmup=False)
 
 
-def _other_rules(bench: Bench) -> dict[str, Sample]:
-    """Seconds per `player.next` of a growing conversation that holds a quoted passphrase,
-    recorded by rules that take its first word only: replayed under those rules, and under
-    the defaults (which take it whole, so no request's key is found)."""
+def _conversation(turns: int) -> list[dict[str, Any]]:
+    """The requests of a conversation that grows by a 400-character answer a turn, its first
+    message holding a quoted passphrase."""
+    history = [{"role": "user", "content": 'DB_PASSWORD="correct horse battery staple"'}]
+    requests = []
+    for turn in range(turns):
+        history = [*history, {"role": "assistant", "content": f'turn {turn}: "' + "a" * 400}]
+        requests.append({"messages": history})
+    return requests
+
+
+def _many_calls(calls: int) -> list[dict[str, Any]]:
+    """The requests of a long run of short calls, each with the passphrase in its system
+    prompt."""
+    return [{"system": 'DB_PASSWORD="correct horse battery staple"', "question": f"q {n}"}
+            for n in range(calls)]
+
+
+def _other_rules(bench: Bench, requests: list[dict[str, Any]]) -> dict[str, Sample]:
+    """Seconds per `player.next` of `requests`, recorded by rules that take a quoted
+    passphrase's first word only: replayed under those rules, and under the defaults (which
+    take it whole, so no request's key is found)."""
     key = b"benchmark redaction key"
     older = Redactor(key=key, defaults=False, rules=[RedactionRule(
         "assignment", pattern=r"""(?i:password)["']?\s*[:=]\s*["']?(?P<secret>[^\s"'<>]{6,})""")])
-    history = [{"role": "user", "content": 'DB_PASSWORD="correct horse battery staple"'}]
-    requests = []
-    for turn in range(bench.size(50, 100)):
-        history = [*history, {"role": "assistant", "content": f'turn {turn}: "' + "a" * 400}]
-        requests.append({"messages": history})
     with tempfile.TemporaryDirectory() as folder:
         url = f"file:{folder}/runs"
         with open_store(url, redaction=older) as recording, recording.record() as rec:
@@ -137,12 +151,17 @@ def run(bench: Bench) -> list[Target]:
         li = _llamaindex(bench, store)
         lengths = (100, 1_000) if bench.quick else (100, 1_000, 10_000)
         player = _player_scaling(bench, store, lengths)
-    other_rules = _other_rules(bench)
+    turns, calls = bench.size(50, 100), bench.size(1_000, 5_000)
+    conversation = _other_rules(bench, _conversation(turns))
+    many = _other_rules(bench, _many_calls(calls))
     report.timing("LangChain", lc, baseline="GenericFakeChatModel.invoke", per="call")
     report.timing("LlamaIndex (no target; for comparison)", li, baseline="MockLLM.chat",
                   per="call")
-    report.timing("Requests holding a secret, replayed under other redaction rules than "
-                  "recorded (no target; for diagnosis)", other_rules,
+    report.timing(f"A {turns}-turn conversation holding a secret, replayed under other "
+                  "redaction rules than recorded (no target; for diagnosis)", conversation,
+                  baseline="same rules (matched by key)", per="call")
+    report.timing(f"{calls:,} calls each holding a secret, replayed under other redaction "
+                  "rules than recorded (no target; for diagnosis)", many,
                   baseline="same rules (matched by key)", per="call")
     first, last = f"{lengths[0]:,} steps", f"{lengths[-1]:,} steps"
     report.timing("Player.next per call against run length (no target; for diagnosis)",
