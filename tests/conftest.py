@@ -15,10 +15,11 @@ import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from agentreplay_core import Store, open_store
+from agentreplay_core import Redactor, Store, open_store
 from tests.support.pgcluster import PgCluster, pgserver_bin_dir
 
 # One redaction key for the whole suite: without it, recording a secret would create a key file
@@ -92,6 +93,22 @@ def private_cluster(pg_bin_dir: Path) -> Iterator[PgCluster]:
 @pytest.fixture
 def spool_dir(tmp_path: Path) -> Path:
     return tmp_path / "spool"
+
+
+@pytest.fixture
+def stores(pg_dsn: str, pg_schema: str, spool_dir: Path) -> Iterator[Any]:
+    """Opens stores on the test's schema, each with the `Redactor` it is given (a recording
+    and a replay under other redaction rules or keys); closes them at the end."""
+    opened: list[Store] = []
+
+    def open_with(redactor: Redactor) -> Store:
+        opened.append(open_store(pg_dsn, schema=pg_schema, spool_dir=spool_dir,
+                                 redaction=redactor))
+        return opened[-1]
+
+    yield open_with
+    for store in opened:
+        store.close()
 
 
 @pytest.fixture

@@ -8,17 +8,16 @@ import hashlib
 import hmac
 import json
 import logging
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentreplay_core import RedactionRule, Redactor, ReplayDivergence, Store, encode, open_store
+from agentreplay_core import Redactor, ReplayDivergence, encode
 from agentreplay_core._redact_match import Likeness, compare_redacted
 from agentreplay_core._redact_replay import secret_verifier
+from tests.support.redaction_rules import first_word_rules
 from tests.support.secret_leaks import fake_secrets
 
 KEY = b"test-redaction-key"
@@ -33,25 +32,8 @@ def _digest(secret: str, key: bytes = KEY) -> str:
     return mac.hexdigest()[:12]
 
 
-#: what an agentreplay before 0.x took of a quoted passphrase and of a tool call's arguments
-#: as text: the first word after the keyword (no default rules, no field names)
-OLD_RULES = Redactor(key=KEY, defaults=False, rules=[RedactionRule(
-    "assignment", pattern=r"""(?i:password)["']?\s*[:=]\s*["']?(?P<secret>[^\s"'<>]{6,})""")])
-
-
-@pytest.fixture
-def stores(pg_dsn: str, pg_schema: str, spool_dir: Path) -> Iterator[Any]:
-    """Opens stores on one PostgreSQL schema, each with its own redactor."""
-    opened: list[Store] = []
-
-    def open_with(redactor: Redactor) -> Store:
-        store = open_store(pg_dsn, schema=pg_schema, spool_dir=spool_dir, redaction=redactor)
-        opened.append(store)
-        return store
-
-    yield open_with
-    for store in opened:
-        store.close()
+#: the older rules: a quoted passphrase's first word only, no field names
+OLD_RULES = first_word_rules(KEY)
 
 
 def test_a_field_rule_the_replay_lacks_still_matches(stores: Any,

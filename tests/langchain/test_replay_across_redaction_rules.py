@@ -3,17 +3,16 @@ production, a laptop without its `fields=`) replays, provided the redaction key 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from langchain_core.messages import HumanMessage
 from langchain_core.tools import tool
 
-from agentreplay_core import RedactionRule, Redactor, ReplayDivergence, Store, open_store
+from agentreplay_core import Redactor, ReplayDivergence
 from agentreplay_langchain import RecordingCallbackHandler, instrument
 from tests.langchain.fakes import Counter, ScriptedChatModel, assert_offline, transcript
+from tests.support.redaction_rules import first_word_rules
 
 agents = pytest.importorskip("langchain.agents", reason="create_agent is langchain 1.x")
 from agentreplay_langchain import ReplayMiddleware  # noqa: E402  (needs langchain 1.x)
@@ -21,24 +20,9 @@ from agentreplay_langchain import ReplayMiddleware  # noqa: E402  (needs langcha
 KEY = b"production and laptop share this key"
 #: the user pastes a config line: its quoted passphrase is redacted otherwise by each rule set
 ASKED = 'why does DB_PASSWORD="correct horse battery staple" not let me in?'
-#: rules that take a quoted value's first word only (as agentreplay did before it took them
-#: whole): every model request of the run is redacted otherwise by the defaults
-OLDER = Redactor(key=KEY, defaults=False, rules=[RedactionRule(
-    "assignment", pattern=r"""(?i:password)["']?\s*[:=]\s*["']?(?P<secret>[^\s"'<>]{6,})""")])
-
-
-@pytest.fixture
-def stores(pg_dsn: str, pg_schema: str, spool_dir: Path) -> Iterator[Any]:
-    opened: list[Store] = []
-
-    def open_with(redactor: Redactor) -> Store:
-        opened.append(open_store(pg_dsn, schema=pg_schema, spool_dir=spool_dir,
-                                 redaction=redactor))
-        return opened[-1]
-
-    yield open_with
-    for store in opened:
-        store.close()
+#: rules that take the passphrase's first word only: every model request of the run is
+#: redacted otherwise by the defaults
+OLDER = first_word_rules(KEY)
 
 
 def agent_of(counter: Counter, middleware: list[Any]) -> Any:

@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 from llama_index.core.tools import FunctionTool
 
-from agentreplay_core import RedactionRule, Redactor, open_store
+from agentreplay_core import Redactor, open_store
 from agentreplay_llamaindex import ReplayLLM, instrument, replay_tools
 from tests.llamaindex import scenarios
 from tests.llamaindex.models import ToolCallingLLM
+from tests.support.redaction_rules import first_word_rules
 
 KEY = b"production and laptop share this key"
 ASKED = 'why does DB_PASSWORD="correct horse battery staple" not let me in?'
@@ -28,8 +29,7 @@ def test_an_agent_recorded_under_older_rules_replays_under_the_defaults(
         pg_dsn: str, pg_schema: str, spool_dir: Path, workflow: bool) -> None:
     # the older rules take the quoted passphrase's first word only, the defaults all of it:
     # every model request is redacted otherwise, and matches its recording as sent
-    older = Redactor(key=KEY, defaults=False, rules=[RedactionRule(
-        "assignment", pattern=r"""(?i:password)["']?\s*[:=]\s*["']?(?P<secret>[^\s"'<>]{6,})""")])
+    older = first_word_rules(KEY)
     ran: list[str] = []
 
     def tools() -> list[FunctionTool]:
