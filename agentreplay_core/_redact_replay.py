@@ -241,11 +241,13 @@ def add_redaction_hint(diverged: ReplayDivergence, redacted: Json, recorded: Seq
             "secret differs now (a rotated key, another password)")
         diverged.args = (diverged._message(),)
         return
+    if compared:  # neither other rules nor another key alone can be the cause
+        return
     mine = _digests(redacted) if redacted is not None else set()
     theirs: set[str] = set()
     for step in recorded:
         theirs |= _digests(step.input)
-    if recorded_rules is not None and recorded_rules != current_rules and not compared:
+    if recorded_rules is not None and recorded_rules != current_rules:
         if not (mine or theirs):
             return
         diverged.detail += (
@@ -254,7 +256,7 @@ def add_redaction_hint(diverged: ReplayDivergence, redacted: Json, recorded: Seq
             "fields=, patterns= or AGENTREPLAY_REDACT_* settings), and a secret in a request "
             "keyed by its caller (match_key=) can be redacted otherwise under them. Replay "
             "with the rules it was recorded with, or record it again")
-    elif mine and theirs and mine - theirs and not compared:
+    elif mine and theirs and mine - theirs:
         diverged.detail += (
             "; the request holds secrets whose placeholders (<secret:...>) the recording does "
             "not: if the secrets are the same, the run was recorded with another redaction key"
