@@ -4,12 +4,12 @@ agentreplay in production, a laptop without its `fields=`) replays with the same
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
+from typing import Any
 
 import pytest
 from llama_index.core.tools import FunctionTool
 
-from agentreplay_core import Redactor, open_store
+from agentreplay_core import Redactor
 from agentreplay_llamaindex import ReplayLLM, instrument, replay_tools
 from tests.llamaindex import scenarios
 from tests.llamaindex.models import ToolCallingLLM
@@ -19,36 +19,29 @@ KEY = b"production and laptop share this key"
 ASKED = 'why does DB_PASSWORD="correct horse battery staple" not let me in?'
 
 
-def check_login(user: str) -> str:
-    """Why a database user cannot log in."""
-    return f"{user}: password expired"
-
-
 @pytest.mark.parametrize("workflow", [False, True], ids=["streamed", "workflow"])
 def test_an_agent_recorded_under_older_rules_replays_under_the_defaults(
-        pg_dsn: str, pg_schema: str, spool_dir: Path, workflow: bool) -> None:
+        stores: Any, workflow: bool) -> None:
     # the older rules take the quoted passphrase's first word only, the defaults all of it:
     # every model request is redacted otherwise, and matches its recording as sent
     older = first_word_rules(KEY)
     ran: list[str] = []
 
     def tools() -> list[FunctionTool]:
-        def counted(user: str) -> str:
+        def check_login(user: str) -> str:
             """Why a database user cannot log in."""
             ran.append(user)
-            return check_login(user)
-        return [FunctionTool.from_defaults(fn=counted, name="check_login")]
+            return f"{user}: password expired"
+        return [FunctionTool.from_defaults(fn=check_login)]
 
-    with open_store(pg_dsn, schema=pg_schema, spool_dir=spool_dir, redaction=older) as prod, \
-            prod.record(name="older rules") as rec, instrument(rec):
+    with stores(older).record(name="older rules") as rec, instrument(rec):
         live = asyncio.run(scenarios.agent(ToolCallingLLM(), tools(), workflow=workflow,
                                            user_msg=ASKED))
     assert len(ran) == 1
-    with open_store(pg_dsn, schema=pg_schema, spool_dir=spool_dir,
-                    redaction=Redactor(key=KEY)) as laptop:
-        first = next(s for s in laptop.load_steps(rec.run_id) if s.kind == "llm")
-        assert "horse battery staple" in str(first.input) and "correct" not in str(first.input)
-        with laptop.replay(rec.run_id) as player:
-            again = asyncio.run(scenarios.agent(ReplayLLM(player), replay_tools(player, tools()),
-                                                workflow=workflow, user_msg=ASKED))
+    laptop = stores(Redactor(key=KEY))
+    first = next(s for s in laptop.load_steps(rec.run_id) if s.kind == "llm")
+    assert "horse battery staple" in str(first.input) and "correct" not in str(first.input)
+    with laptop.replay(rec.run_id) as player:
+        again = asyncio.run(scenarios.agent(ReplayLLM(player), replay_tools(player, tools()),
+                                            workflow=workflow, user_msg=ASKED))
     assert again == live and len(ran) == 1
