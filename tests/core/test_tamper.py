@@ -96,6 +96,23 @@ def test_one_changed_step_is_reported_once(pg_dsn: str, pg_schema: str) -> None:
     assert [(p.step, p.code) for p in report.problems] == [(3, "checksum_mismatch")]
 
 
+def test_a_step_renumbered_far_ahead_is_one_gap(pg_dsn: str, pg_schema: str) -> None:
+    """Found by fuzzing: verification listed one problem per skipped number, so a step number
+    raised to two billion made it allocate gigabytes. A gap is one problem naming its range."""
+    far = 2_000_000_000
+    with open_store(pg_dsn, schema=pg_schema) as store:
+        run = _record(store, steps=6)
+        _sql(pg_dsn, pg_schema, "UPDATE {s}.run_log SET step = %s WHERE run_id = %s "
+             "AND step = 5", far, run)
+        report = store.verify(run)
+    assert [(p.step, p.code) for p in report.problems] == [
+        (5, "missing_step"), (6, "unverifiable_after_gap"),
+        (7, "missing_step"), (far, "unverifiable_after_gap"), (None, "seal_mismatch")]
+    assert "step is missing (deleted" in report.problems[0].message
+    assert f"steps 7 to {far - 1} are missing, {far - 7:,} in all (deleted" in \
+        report.problems[2].message
+
+
 def test_hmac_chain_cannot_be_forged_without_the_key(pg_dsn: str, pg_schema: str) -> None:
     with open_store(pg_dsn, schema=pg_schema, hmac_key=b"secret-1") as keyed:
         run = _record(keyed)
