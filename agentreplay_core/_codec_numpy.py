@@ -128,4 +128,8 @@ def decode_scalar(d: dict[str, Any], value: Any) -> Any:
         if dtype.itemsize == 0:  # b"" and "" scalars: nothing to read
             return dtype.type()
         return np.frombuffer(unb64(d["b64"]), dtype=dtype)[0]
+    if dtype.kind not in "biufc":
+        # only numbers are written readably; `np.bytes_(n)` and `np.void(n)` would allocate n
+        # bytes, so a damaged dtype must not reach them
+        raise ValueError(f"a numpy scalar of dtype {dtype.str} carries raw bytes, not 'v'")
     return dtype.type(value)

@@ -282,10 +282,14 @@ def test_plain_json_decodes_to_itself(tree: Any) -> None:
     {TAG: "ndarray", "dtype": "|S0", "shape": [10**12], "b64": ""},
     {TAG: "ndarray", "dtype": "<f8", "shape": [10**6, 10**6], "b64": ""},
     {TAG: "floats", "f64le": _b64(b"\x00" * 7)},
+    {TAG: "npscalar", "dtype": "|S8", "v": 10**8},
+    {TAG: "npscalar", "dtype": "|V8", "v": 10**8},
+    {TAG: "npscalar", "dtype": "<U3", "v": 7},
 ], ids=["timedelta overflow", "code point overflow", "decimal syntax", "zero-size items",
-        "huge shape", "torn vector"])
+        "huge shape", "torn vector", "bytes of a count", "void of a count", "text of a number"])
 def test_found_by_fuzzing_each_is_a_serialization_error(tree: Any) -> None:
-    """Once OverflowError, decimal.InvalidOperation and MemoryError escaped from `decode`."""
+    """Once OverflowError, decimal.InvalidOperation and MemoryError escaped from `decode`
+    (`np.bytes_(n)` allocates n bytes: a readable value belongs to numeric dtypes only)."""
     with pytest.raises(SerializationError, match=r"cannot decode tagged object") as caught:
         decode({"output": [tree]})
     assert caught.value.path == "$.output[0]"
