@@ -138,10 +138,11 @@ _SECRET_WORDS = (r"p(?:assw(?:or)?d|assphrase|rivate[_-]?key)|secret|api[_-]?key
                  r"c(?:redentials?|ookie)|authorization|(?:access|auth|api|bearer|refresh|"
                  r"session|id|ad|oauth|security)[_-]?token")
 #: what follows a secret's name in text: `: value`, `=value`, `": "quoted value"` (an
-#: authorization scheme before the value is no secret)
-_ASSIGNED = (r"""(?:\\*["'])?\s*[:=]\s*(?:(?P<esc>\\+)?(?P<quote>["']))?"""
+#: authorization scheme before the value is no secret), or an object or array (`open`),
+#: whose strings are the secrets (`_redact_containers`; `kq` shows how its quotes are escaped)
+_ASSIGNED = (r"""(?:(?P<kq>\\*)["'])?\s*[:=]\s*(?:(?P<esc>\\+)?(?P<quote>["']))?"""
              r"(?:(?i:basic|bearer|token|digest)\s+)?(?!(?i:basic|bearer|token|digest)\s)"
-             rf"(?P<secret>(?(quote)(?:{_QUOTED}|{_VALUE})|{_VALUE}))")
+             rf"(?P<secret>(?(quote)(?:{_QUOTED}|{_VALUE})|(?:{_VALUE}|(?P<open>[{{\[]))))")
 
 #: dict keys whose values are secrets, wherever they occur (headers, kwargs, configs)
 DEFAULT_FIELDS = (

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from agentreplay_core._redact_containers import string_values
 from agentreplay_core._redact_fast import UNDECIDED, fast_screen
 from agentreplay_core._redact_rules import PLACEHOLDER, RedactionRule
 
@@ -174,7 +175,13 @@ class Scanner:
             group = "secret" if "secret" in rule.regex.groupindex else 0
             screens = self._screens.get(rule)
             matches = _seeded(rule.regex, screens, s) if screens else rule.regex.finditer(s)
+            opens = "open" in rule.regex.groupindex
             for m in matches:
+                if opens and m.start("open") >= 0:  # a secret's name before an object
+                    escapes = len(m.group("kq") or "")
+                    found += [(start, -end, order, rule.name)
+                              for start, end in string_values(s, m.start("open"), escapes)]
+                    continue
                 start, end = m.span(group)
                 if start < end:
                     found.append((start, -end, order, rule.name))

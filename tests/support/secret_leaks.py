@@ -84,6 +84,10 @@ def fake_secrets() -> list[FakeSecret]:
     core = _random(24)
     # a tool's JSON result: the field's name in text, the value quoted whole
     add("cookie", f"sessionid={core}; Path=/", '{{"headers": {{"Cookie": "{}"}}}}', core)
+    core = _random(16)
+    # ... and an object under a secret field's name: its strings, whatever they are named
+    add("credentials", f"pw.{core}",
+        '{{"db": {{"credentials": {{"pass": "{}"}}, "port": 5432}}}}', core)
     return out
 
 

@@ -1,0 +1,70 @@
+"""The strings of an object or array written in text after a secret's name.
+
+A dict's redaction takes every string below a secret field (`{"credentials": {"user": ...,
+"pass": ...}}`), whatever the inner keys are called. Written as text (JSON a tool returned,
+a Python dict's repr in a log line) the text rules saw a name and an opening bracket, which
+is no value, and kept the inner strings in clear. The assignment rules now also match the
+bracket, and `string_values` gives the strings the bracket opens: each string up to the
+matching closing bracket that is no key, as written (escapes and all, as a quoted value is).
+
+In JSON text inside JSON text a quote is written `\\"`; in a third level `\\\\\\"`. A level's
+quotes carry 2 ** level - 1 backslashes, which the name's closing quote shows; a quote with
+more before it is a character of a string one level down.
+"""
+
+from __future__ import annotations
+
+import re
+
+#: what matters outside strings: brackets, and quotes that may open a string
+_STRUCTURE = re.compile(r"[{}\[\]\"']")
+_COLON = re.compile(r"\s*:")
+
+
+def string_values(text: str, at: int, escapes: int) -> list[tuple[int, int]]:
+    """(start, end) of each non-empty string value in the object or array opened at `at`,
+    whose quotes are preceded by `escapes` backslashes (to the end of `text` if it is not
+    closed: a cut text keeps its secrets too)."""
+    found: list[tuple[int, int]] = []
+    depth = 0
+    i = at
+    while (m := _STRUCTURE.search(text, i)) is not None:
+        char, i = m.group(), m.end()
+        if char in "{[":
+            depth += 1
+        elif char in "}]":
+            depth -= 1
+            if depth == 0:
+                break
+        elif _backslashes(text, m.start()) == escapes:
+            end = _closing(text, i, char, escapes)
+            if end is None:  # open to the end: the rest is the string
+                if i < len(text):
+                    found.append((i, len(text)))
+                break
+            after = end + escapes + 1
+            if end > i and not _COLON.match(text, after):
+                found.append((i, end))
+            i = after
+    return found
+
+
+def _backslashes(text: str, at: int) -> int:
+    """How many backslashes come right before `at`."""
+    start = at
+    while start > 0 and text[start - 1] == "\\":
+        start -= 1
+    return at - start
+
+
+def _closing(text: str, at: int, quote: str, escapes: int) -> int | None:
+    """Where the string body that starts at `at` ends (its closing quote's backslashes
+    start there), or None if it does not."""
+    period = 2 * escapes + 2  # an escaped backslash of this level, in backslashes
+    i = at
+    while (end := text.find(quote, i)) >= 0:
+        run = _backslashes(text, end)
+        if run >= escapes and (run - escapes) % period == 0 and end - escapes >= at:
+            return end - escapes
+        i = end + 1
+    return None
