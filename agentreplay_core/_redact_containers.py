@@ -24,7 +24,8 @@ _COLON = re.compile(r"\s*:")
 def string_values(text: str, at: int, escapes: int) -> list[tuple[int, int]]:
     """(start, end) of each non-empty string value in the object or array opened at `at`,
     whose quotes are preceded by `escapes` backslashes (to the end of `text` if it is not
-    closed: a cut text keeps its secrets too)."""
+    closed: a cut text keeps its secrets too; but a single quote that no other closes is an
+    apostrophe)."""
     found: list[tuple[int, int]] = []
     depth = 0
     i = at
@@ -38,8 +39,10 @@ def string_values(text: str, at: int, escapes: int) -> list[tuple[int, int]]:
                 break
         elif _backslashes(text, m.start()) == escapes:
             end = _closing(text, i, char, escapes)
-            if end is None:  # open to the end: the rest is the string
-                if i < len(text):
+            if end is None:
+                if char == "'":  # an apostrophe in prose (`[it's ...]`), no string
+                    continue
+                if i < len(text):  # open to the end: the rest is the string
                     found.append((i, len(text)))
                 break
             after = end + escapes + 1

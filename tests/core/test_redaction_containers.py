@@ -132,6 +132,9 @@ def test_the_object_ends_at_its_closing_bracket() -> None:
         assert redactor.redact_text(text) == text
     prose = redactor.redact_text('the secret: [see "notes" below] is "out" of scope')
     assert "notes" not in prose and prose.endswith('] is "out" of scope')
+    # an apostrophe no other closes opens no string (which would run to the end of the text)
+    prose = "the password: [it's in the vault, ask Sam] and that is all"
+    assert redactor.redact_text(prose) == prose
 
 
 def test_a_request_recorded_before_the_rule_replays_under_it(stores: Any) -> None:
