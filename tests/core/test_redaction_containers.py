@@ -148,3 +148,9 @@ def test_a_request_recorded_before_the_rule_replays_under_it(stores: Any) -> Non
     assert "hunter2-but-longer" in step.input["messages"][0]["content"]
     with stores(Redactor(key=KEY)).replay(rec.run_id) as player:
         assert player.next("llm", "m", request) == "ok"
+
+
+def test_an_object_under_a_custom_field_gets_the_dicts_placeholders() -> None:
+    redactor = Redactor(key=KEY, fields=["x-acme-session"])
+    held = {"x-acme-session": {"id": "s-8841", "scopes": ["read", "write"]}, "z": "kept"}
+    assert json.loads(redactor.redact_text(json.dumps(held))) == redactor.redact(held)
