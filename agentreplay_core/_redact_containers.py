@@ -21,11 +21,11 @@ _STRUCTURE = re.compile(r"[{}\[\]\"']")
 _COLON = re.compile(r"\s*:")
 
 
-def string_values(text: str, at: int, escapes: int) -> list[tuple[int, int]]:
+def string_values(text: str, at: int, escapes: int) -> tuple[list[tuple[int, int]], int]:
     """(start, end) of each non-empty string value in the object or array opened at `at`,
     whose quotes are preceded by `escapes` backslashes (to the end of `text` if it is not
     closed: a cut text keeps its secrets too; but a single quote that no other closes is an
-    apostrophe)."""
+    apostrophe); and where the object ends (a name inside it needs no scan of its own)."""
     found: list[tuple[int, int]] = []
     depth = 0
     i = at
@@ -44,12 +44,15 @@ def string_values(text: str, at: int, escapes: int) -> list[tuple[int, int]]:
                     continue
                 if i < len(text):  # open to the end: the rest is the string
                     found.append((i, len(text)))
+                i = len(text)
                 break
             after = end + escapes + 1
             if end > i and not _COLON.match(text, after):
                 found.append((i, end))
             i = after
-    return found
+    else:  # not closed: it runs to the end
+        i = len(text)
+    return found, i
 
 
 def _backslashes(text: str, at: int) -> int:

@@ -176,11 +176,14 @@ class Scanner:
             screens = self._screens.get(rule)
             matches = _seeded(rule.regex, screens, s) if screens else rule.regex.finditer(s)
             opens = "open" in rule.regex.groupindex
+            scanned = -1  # where the last object scanned ends: nested names are inside it
             for m in matches:
                 if opens and m.start("open") >= 0:  # a secret's name before an object
-                    escapes = len(m.group("kq") or "")
-                    found += [(start, -end, order, rule.name)
-                              for start, end in string_values(s, m.start("open"), escapes)]
+                    if m.start("open") < scanned:
+                        continue  # its strings are the outer object's already
+                    values, scanned = string_values(s, m.start("open"),
+                                                    len(m.group("kq") or ""))
+                    found += [(start, -end, order, rule.name) for start, end in values]
                     continue
                 start, end = m.span(group)
                 if start < end:
