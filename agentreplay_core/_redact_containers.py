@@ -36,7 +36,7 @@ def string_values(text: str, at: int, escapes: int) -> tuple[list[tuple[int, int
         elif char in "}]":
             depth -= 1
             if depth == 0:
-                break
+                return found, i
         elif _backslashes(text, m.start()) == escapes:
             end = _closing(text, i, char, escapes)
             if end is None:
@@ -44,15 +44,12 @@ def string_values(text: str, at: int, escapes: int) -> tuple[list[tuple[int, int
                     continue
                 if i < len(text):  # open to the end: the rest is the string
                     found.append((i, len(text)))
-                i = len(text)
                 break
             after = end + escapes + 1
             if end > i and not _COLON.match(text, after):
                 found.append((i, end))
             i = after
-    else:  # not closed: it runs to the end
-        i = len(text)
-    return found, i
+    return found, len(text)  # not closed: it runs to the end
 
 
 def _backslashes(text: str, at: int) -> int:
