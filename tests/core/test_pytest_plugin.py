@@ -16,6 +16,10 @@ from typing import Any
 
 import pytest
 
+# In-process pytester runs drop the modules first imported inside them, but the package keeps
+# the names it imported lazily: a second run would get a new `_session` (and active session)
+# beside the package's old `active_session`. Imported here, it is one module for all runs.
+import agentreplay_core._session  # noqa: F401
 from agentreplay_core import open_store
 from agentreplay_core._cassette import (
     Plan,
