@@ -136,7 +136,7 @@ def shown(path: Path, root: Path) -> str:
 
 #: marker keywords passed to `Store.record` / `Store.replay`
 RECORD_OPTIONS = ("entropy", "metadata", "tags")
-REPLAY_OPTIONS = ("match", "allow_unused", "verify", "allow_hosts")
+REPLAY_OPTIONS = ("match", "allow_unused", "verify", "allow_hosts", "check_secrets")
 
 
 @dataclass(frozen=True)

@@ -125,6 +125,11 @@ def replay_command(
         "--isolation", case_sensitive=False,
         help="namespace: require a network namespace; guard: in-process guard only; auto: "
              "a namespace where possible.")] = Isolation.AUTO,
+    no_check_secrets: Annotated[bool, typer.Option(
+        "--no-check-secrets",
+        help="Let the recording's placeholders (<secret:...>) match any text, for a machine "
+             "without the redaction key the run was recorded with (sets "
+             "AGENTREPLAY_CHECK_SECRETS=0).")] = False,
     dsn: DsnOption = None,
     schema: SchemaOption = "agentreplay",
 ) -> None:
@@ -150,6 +155,8 @@ def replay_command(
                # a live fork could neither reach anything nor be stored in the export
                "AGENTREPLAY_ON_DIVERGENCE": "raise"}
         env.pop("AGENTREPLAY_SCHEMA", None)
+        if no_check_secrets:
+            env["AGENTREPLAY_CHECK_SECRETS"] = "0"
         _say(f"agentreplay: replaying run {run.run_id} ({counted(exported.steps, 'step')}) "
              f"{sandbox.description}")
         try:

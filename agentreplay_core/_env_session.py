@@ -10,6 +10,8 @@ Variables:
     AGENTREPLAY_TAGS          comma-separated tags for the recorded run
     AGENTREPLAY_ENTROPY       1 to also record the clock, randomness and ids
     AGENTREPLAY_ON_DIVERGENCE raise (default) or live (fork into a live run)
+    AGENTREPLAY_CHECK_SECRETS 0 to let recorded placeholders match any text (read by
+                              `Store.replay`: no redaction key needed)
     AGENTREPLAY_REPORT_FILE   where to write how the session ended, as JSON: mode, run_id,
                               ok, error, steps, fork_run_id (`agentreplay replay RUN -- CMD`
                               reads it and says what went wrong)

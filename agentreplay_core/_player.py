@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Literal
@@ -68,7 +69,8 @@ class Player:
 
     def __init__(self, run: Run, steps: list[Step], *, match: MatchMode = "keyed",
                  redactor: Redactor | None = None,
-                 secrets: Mapping[str, str] | Iterable[str] | None = None) -> None:
+                 secrets: Mapping[str, str] | Iterable[str] | None = None,
+                 check_secrets: bool = True) -> None:
         self.run = run
         self.match = check_match_mode(match)
         #: redacts each request as the recorder did, so requests holding secrets match
@@ -76,8 +78,16 @@ class Player:
         if secrets is not None:
             steps = restore_secrets(steps, secrets, redactor)
         self._steps = steps
-        #: matches requests holding secrets to their steps whatever the redaction rules
-        self._secret_matcher = None if redactor is None else SecretMatcher(redactor, steps)
+        #: False: a recorded request matches whatever text stands at its placeholders
+        self.check_secrets = check_secrets
+        #: matches requests holding secrets to their steps whatever the redaction rules; with
+        #: redaction off only to let placeholders match unchecked (a key of its own, which
+        #: verifies no secret, rather than the user's key file)
+        matching = redactor
+        if matching is None and not check_secrets:
+            matching = Redactor(defaults=False, key=os.urandom(32))
+        self._secret_matcher = None if matching is None else SecretMatcher(matching, steps)
+        self._unchecked = 0  # requests matched with their secrets unchecked
         self._consumed: set[int] = set()
         self._lock = threading.Lock()
         self._keyed = KeyedQueues(steps)
@@ -225,8 +235,13 @@ class Player:
         name = clean_label(name)
         redacted = sent = None
         if self.redactor is None:
-            key = match_key or match_key_of_canonical(
-                kind, name, canonical_bytes(encode(request, path="request")))
+            if match_key is not None:
+                key = match_key
+            else:
+                encoded = encode(request, path="request")
+                key = match_key_of_canonical(kind, name, canonical_bytes(encoded))
+                if self._secret_matcher is not None:  # placeholders match unchecked
+                    sent = encoded
         else:
             key, redacted, sent = self._redacted_key(kind, name, request, match_key)
             if redacted is not None:  # never show the secret in a divergence report
@@ -328,7 +343,16 @@ class Player:
                 (s for s in pending if s.path == path and s.step not in consumed),
                 (s for s in pending if s.path != path and s.step not in consumed))
         found, near = matcher.find(sent, candidates)
-        if found is not None and matcher.matched == 1:
+        if found is None and near is not None and not self.check_secrets:
+            found, near = near, None
+            self._unchecked += 1
+            if self._unchecked == 1:
+                log.warning(
+                    "replay of run %s: a request holding secrets (%s %r, step %d) matched its "
+                    "recording with its secrets unchecked (check_secrets=False): the text at "
+                    "its placeholders is not their secret under this replay's redaction key",
+                    self.run_id, kind, name, found.step)
+        elif found is not None and matcher.matched == 1:
             log.info("replay of run %s: a request holding secrets (%s %r, step %d) matched "
                      "its recording as sent, not by its key, as it is redacted otherwise now "
                      "(redaction rules recorded: %s, in use: %s)", self.run_id, kind, name,

@@ -282,6 +282,7 @@ class Store:
         allow_hosts: Iterable[tuple[str, int]] = (),
         entropy: bool | None = None,
         secrets: Mapping[str, str] | Iterable[str] | None = None,
+        check_secrets: bool | None = None,
     ) -> contextlib.AbstractContextManager[Player]:
         """Replay a recorded run: a context manager that yields the `Player` replay
         backends ask for results.
@@ -292,7 +293,12 @@ class Store:
         network guard is on unless `on_divergence="live"`, whose live calls need the network.
         Recorded outputs hold placeholders where secrets were; `secrets` puts them back:
         `{placeholder: secret}`, or just the secrets (placeholders derived with the key).
+        A request matches a recorded one holding placeholders only where the text at each is
+        its secret under the redaction key; `check_secrets=False` lets them match any text,
+        for a machine without the key the run was recorded with (None: on, unless
+        `AGENTREPLAY_CHECK_SECRETS=0`).
         """
         return replaying(self, run_id, match=match, allow_unused=allow_unused, verify=verify,
                          on_divergence=on_divergence, network_guard=network_guard,
-                         allow_hosts=allow_hosts, entropy=entropy, secrets=secrets)
+                         allow_hosts=allow_hosts, entropy=entropy, secrets=secrets,
+                         check_secrets=check_secrets)

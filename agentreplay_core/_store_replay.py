@@ -4,6 +4,7 @@ what surrounds its player (a live fork, the network guard, entropy replay)."""
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Literal
 from uuid import UUID
@@ -20,6 +21,22 @@ if TYPE_CHECKING:
 OnDivergence = Literal["raise", "live"]
 
 
+def check_secrets_from_env() -> bool:
+    """`AGENTREPLAY_CHECK_SECRETS`: on unless it says off (how replays started by the CLI, the
+    pytest plugin or `AGENTREPLAY_MODE` are told, with no code changed).
+
+    Raises:
+        ValueError: it is set to something else than a yes or a no.
+    """
+    raw = os.environ.get("AGENTREPLAY_CHECK_SECRETS", "").strip().lower()
+    if raw in ("", "1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"AGENTREPLAY_CHECK_SECRETS={raw!r}: use 1 (check each placeholder's "
+                     "secret, the default) or 0 (let placeholders match any text)")
+
+
 @contextlib.contextmanager
 def replaying(
     store: Store,
@@ -33,9 +50,12 @@ def replaying(
     allow_hosts: Iterable[tuple[str, int]],
     entropy: bool | None,
     secrets: Mapping[str, str] | Iterable[str] | None,
+    check_secrets: bool | None,
 ) -> Iterator[Player]:
     """`Store.replay`, which documents it."""
     store._check_open()
+    if check_secrets is None:
+        check_secrets = check_secrets_from_env()
     if on_divergence not in ("raise", "live"):
         raise ValueError("on_divergence must be 'raise' or 'live'")
     if on_divergence == "live":
@@ -53,7 +73,7 @@ def replaying(
                 f"run {run.run_id} failed verification; refusing to replay it "
                 f"(pass verify=False to replay anyway):\n{report}", report=report)
     player = Player(run, steps, match=check_match_mode(match), redactor=store.redaction,
-                    secrets=secrets)
+                    secrets=secrets, check_secrets=check_secrets)
     recorded_entropy = meta_entropy(run)
     with contextlib.ExitStack() as stack:
         if on_divergence == "live":

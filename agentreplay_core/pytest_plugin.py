@@ -48,7 +48,7 @@ _PASSED = pytest.StashKey[bool]()
 _MARKER_HELP = (
     "agentreplay(name=None, **options): record or replay the test's agent calls (see "
     "--agentreplay-mode); name: the recording's file name; options: entropy, metadata, tags "
-    "(recording), match, allow_unused, verify, allow_hosts (replay)")
+    "(recording), match, allow_unused, verify, allow_hosts, check_secrets (replay)")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

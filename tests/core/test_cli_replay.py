@@ -53,23 +53,24 @@ def clean_env(**extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
-def record(script: Path, *args: str, dsn: str, schema: str) -> tuple[str, str]:
+def record(script: Path, *args: str, dsn: str, schema: str, **env: str) -> tuple[str, str]:
     """Run `script` recording into the test database: (run id, its stdout)."""
     run_id = str(uuid.uuid4())
     result = subprocess.run(
         [sys.executable, str(script), *args], capture_output=True, text=True, timeout=120,
         env=clean_env(AGENTREPLAY_MODE="record", AGENTREPLAY_DSN=dsn,
-                      AGENTREPLAY_SCHEMA=schema, AGENTREPLAY_RUN_ID=run_id))
+                      AGENTREPLAY_SCHEMA=schema, AGENTREPLAY_RUN_ID=run_id, **env))
     assert result.returncode == 0, result.stderr
     assert f"recording run {run_id}" in result.stderr
     return run_id, result.stdout
 
 
 def replay(run_id: str, *command: str, dsn: str, schema: str,
-           options: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+           options: tuple[str, ...] = (), env: dict[str, str] | None = None
+           ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(AGENTREPLAY), "replay", run_id, "--dsn", dsn, "--schema", schema, *options, "--",
-         *command], capture_output=True, text=True, timeout=120, env=clean_env())
+         *command], capture_output=True, text=True, timeout=120, env=clean_env(**(env or {})))
 
 
 @pytest.fixture
@@ -112,6 +113,34 @@ def test_a_different_call_fails_with_the_divergence(agent: Path, pg_dsn: str,
     assert "~ i: 2 -> 3" in result.stderr
     assert "the program exited with code 1" in result.stderr
     assert result.stdout == ""
+
+
+LOGIN = """
+import os
+from agentreplay_core import active_session
+
+print(active_session().call("tool", "login", {"password": os.environ["DB_PASSWORD"]},
+                            lambda: "session 42"))
+"""
+
+
+def test_a_machine_without_the_redaction_key_replays_with_no_check_secrets(
+        tmp_path: Path, pg_dsn: str, pg_schema: str) -> None:
+    script = tmp_path / "login.py"
+    script.write_text(LOGIN)
+    run_id, recorded = record(script, dsn=pg_dsn, schema=pg_schema,
+                              AGENTREPLAY_REDACTION_KEY="production", DB_PASSWORD="prod-pass-1")
+    assert recorded == "session 42\n"
+    laptop = {"AGENTREPLAY_REDACTION_KEY": "laptop", "DB_PASSWORD": "laptop-pass-2"}
+    checked = replay(run_id, sys.executable, str(script), dsn=pg_dsn, schema=pg_schema,
+                     env=laptop)
+    assert checked.returncode == 1
+    assert "but for its secrets" in checked.stderr and "check_secrets=False" in checked.stderr
+    unchecked = replay(run_id, sys.executable, str(script), dsn=pg_dsn, schema=pg_schema,
+                       options=("--no-check-secrets",), env=laptop)
+    assert unchecked.returncode == 0, unchecked.stderr
+    assert unchecked.stdout == recorded
+    assert f"replay of run {run_id} finished cleanly" in unchecked.stderr
 
 
 def test_recorded_steps_never_asked_for_fail(agent: Path, pg_dsn: str, pg_schema: str) -> None:

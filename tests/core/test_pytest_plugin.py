@@ -293,6 +293,34 @@ def test_clock():
     result.stdout.fnmatch_lines(["FAILED test_flow.py::test_sequential - *"])
 
 
+LOGIN = """
+@pytest.mark.agentreplay{options}
+def test_login{suffix}(agentreplay):
+    import os
+    keep([agentreplay.call("tool", "login", {{"password": os.environ["DB_PASSWORD"]}},
+                           random.random)])
+"""
+
+
+def test_check_secrets_false_replays_a_recording_made_under_another_key(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a developer records with their own key and password; CI has neither
+    write(pytester, LOGIN.format(options="", suffix="_checked"),
+          LOGIN.format(options="(check_secrets=False)", suffix="_unchecked"))
+    monkeypatch.setenv("AGENTREPLAY_REDACTION_KEY", "a developer's key")
+    monkeypatch.setenv("DB_PASSWORD", "developer-pass-1")
+    run(pytester, "--agentreplay-mode=once").assert_outcomes(passed=2)
+    monkeypatch.setenv("AGENTREPLAY_REDACTION_KEY", "the CI's key")
+    monkeypatch.setenv("DB_PASSWORD", "ci-dummy-pass-2")
+    result = run(pytester)
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["FAILED test_flow.py::test_login_checked - *"])
+    assert "but for its secrets" in result.stdout.str()
+    assert "check_secrets=False" in result.stdout.str()
+    live_checked, live_unchecked, replayed = values(pytester)
+    assert replayed == live_unchecked != live_checked
+
+
 def test_bad_mode_and_marker_options_are_explained(pytester: pytest.Pytester) -> None:
     write(pytester, agent_test([1], marker="@pytest.mark.agentreplay(entropi=True)"))
     result = run(pytester, "--agentreplay-mode=sometimes")
