@@ -67,3 +67,20 @@ def test_another_key_diverges_at_the_first_model_call_naming_its_step(stores: An
     first = min(s.step for s in player.steps if s.kind == "llm")
     assert f"it is the request recorded at step {first} but for its secrets" in str(err.value)
     assert "horse" not in str(err.value)
+
+
+def test_without_the_key_it_replays_when_secrets_are_not_checked(stores: Any) -> None:
+    with stores(Redactor(key=KEY)).record(name="production key", entropy=True) as rec:
+        live = agent_of(Counter(), []).invoke(
+            {"messages": [HumanMessage(ASKED)]},
+            config={"callbacks": [RecordingCallbackHandler(rec)]})["messages"]
+    laptop = stores(Redactor(key=b"a laptop's own key"))
+    counter = Counter()
+    with laptop.replay(rec.run_id, check_secrets=False) as player, instrument(player):
+        assert_offline()
+        replayed = agent_of(counter, [ReplayMiddleware(player)]).invoke(
+            {"messages": [HumanMessage(ASKED)]})["messages"]
+    # the question is the user's own; the answer that quoted it comes back as stored
+    assert transcript(replayed)[:-1] == transcript(live)[:-1]
+    assert replayed[-1].content == Redactor(key=KEY).redact(live[-1].content)
+    assert counter.total == 0

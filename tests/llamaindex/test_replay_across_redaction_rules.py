@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from llama_index.core.tools import FunctionTool
 
-from agentreplay_core import Redactor
+from agentreplay_core import Redactor, ReplayDivergence
 from agentreplay_llamaindex import ReplayLLM, instrument, replay_tools
 from tests.llamaindex import scenarios
 from tests.llamaindex.models import ToolCallingLLM
@@ -44,4 +44,27 @@ def test_an_agent_recorded_under_older_rules_replays_under_the_defaults(
     with laptop.replay(rec.run_id) as player:
         again = asyncio.run(scenarios.agent(ReplayLLM(player), replay_tools(player, tools()),
                                             workflow=workflow, user_msg=ASKED))
+    assert again == live and len(ran) == 1
+
+
+def test_without_the_key_it_replays_when_secrets_are_not_checked(stores: Any) -> None:
+    ran: list[str] = []
+
+    def tools() -> list[FunctionTool]:
+        def check_login(user: str) -> str:
+            """Why a database user cannot log in."""
+            ran.append(user)
+            return f"{user}: password expired"
+        return [FunctionTool.from_defaults(fn=check_login)]
+
+    with stores(Redactor(key=KEY)).record(name="production key") as rec, instrument(rec):
+        live = asyncio.run(scenarios.agent(ToolCallingLLM(), tools(), workflow=True,
+                                           user_msg=ASKED))
+    laptop = stores(Redactor(key=b"a laptop's own key"))
+    with pytest.raises(ReplayDivergence), laptop.replay(rec.run_id) as player:
+        asyncio.run(scenarios.agent(ReplayLLM(player), replay_tools(player, tools()),
+                                    workflow=True, user_msg=ASKED))
+    with laptop.replay(rec.run_id, check_secrets=False) as player:
+        again = asyncio.run(scenarios.agent(ReplayLLM(player), replay_tools(player, tools()),
+                                            workflow=True, user_msg=ASKED))
     assert again == live and len(ran) == 1
