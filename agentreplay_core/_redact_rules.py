@@ -132,6 +132,9 @@ _VALUE = r"""[^\s"'<>,;{}\[\]()`][^\s"'<>,;{}\[\]()`]{5,}"""
 #: the value ends at the quote escaped as its opening one was
 _QUOTED = (r"""(?(esc)(?:(?!(?P=esc)(?P=quote))[^\n<>]){6,200}(?=(?P=esc)(?P=quote))"""
            r"""|(?:\\.|(?!(?P=quote))[^\n<>\\]){6,200}(?=(?P=quote)))""")
+#: after a quoted name, a JSON number is no secret: a dict keeps numbers under a secret's
+#: name, and replacing one would leave the JSON text unreadable (`"pin": <secret:...>`)
+_JSON_NUMBER = r"(?(kq)(?!-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?(?![^\s,}\]\\])))"
 #: the names of `DEFAULT_FIELDS`, as written before a value in text (alternatives sharing a
 #: first letter are grouped: `re` tries each alternative at every position of the text)
 _SECRET_WORDS = (r"p(?:assw(?:or)?d|assphrase|rivate[_-]?key)|secret|api[_-]?key|"
@@ -142,7 +145,8 @@ _SECRET_WORDS = (r"p(?:assw(?:or)?d|assphrase|rivate[_-]?key)|secret|api[_-]?key
 #: whose strings are the secrets (`_redact_containers`; `kq` shows how its quotes are escaped)
 _ASSIGNED = (r"""(?:(?P<kq>\\*)["'])?\s*[:=]\s*(?:(?P<esc>\\+)?(?P<quote>["']))?"""
              r"(?:(?i:basic|bearer|token|digest)\s+)?(?!(?i:basic|bearer|token|digest)\s)"
-             rf"(?P<secret>(?(quote)(?:{_QUOTED}|{_VALUE})|(?:{_VALUE}|(?P<open>[{{\[]))))")
+             rf"(?P<secret>(?(quote)(?:{_QUOTED}|{_VALUE})|(?:{_JSON_NUMBER}{_VALUE}"
+             r"|(?P<open>[{\[]))))")
 
 #: dict keys whose values are secrets, wherever they occur (headers, kwargs, configs)
 DEFAULT_FIELDS = (

@@ -63,3 +63,24 @@ def test_a_quoted_value_is_redacted_whole() -> None:
         f"password: {redactor.placeholder('hunter2-long', 'assignment')} and more"
     assert "<secret:bearer:" in redactor.redact_text(
         'Authorization: "Bearer abcdefghijklmnop123456"')
+
+
+def test_a_number_in_json_text_under_a_secrets_name_is_kept_as_the_dict_keeps_it() -> None:
+    # before, `"pin": 12345678` became `"pin": <secret:...>`: JSON no reader could parse
+    redactor = Redactor(key=KEY, fields=["pin"])
+    value = {"password": 12345678, "pin": -1.5e-7, "api_key": 10**20, "secret": "s3cr3t-v4lue",
+             "token": {"id": 1234567, "refresh": 7654321.25}}
+    for text in (json.dumps(value), json.dumps(value, indent=2), repr(value),
+                 json.dumps(json.dumps(value, indent=1))):
+        redacted = redactor.redact(text)
+        assert "s3cr3t-v4lue" not in redacted
+        for number in ("12345678", "1.5e-07", str(10**20), "1234567", "7654321.25"):
+            assert number in redacted
+    parsed, as_dict = json.loads(redactor.redact(json.dumps(value))), redactor.redact(value)
+    assert {k: v for k, v in parsed.items() if k != "secret"} == \
+        {k: v for k, v in as_dict.items() if k != "secret"} == \
+        {k: v for k, v in value.items() if k != "secret"}
+    assert parsed["secret"][-13:] == as_dict["secret"][-13:]  # the same digest
+    # where no quote says it is JSON, digits are a secret like any other (a PIN)
+    assert "12345678" not in redactor.redact("password=12345678 and pin: 12345678")
+    assert "1234567x" not in redactor.redact('"password": 1234567x')
