@@ -45,6 +45,7 @@ from agentreplay_core._redact_rules import (
     PLACEHOLDER,
     RedactionRule,
     env_rules,
+    field_regex_text_rule,
     field_rule,
     field_text_rule,
 )
@@ -131,7 +132,10 @@ class Redactor:
         if names:  # as dict keys, and written in text
             chosen += [field_rule("custom_field", names), field_text_rule("custom_field", names)]
         chosen.extend(RedactionRule("custom", pattern=p) for p in patterns)
+        rules = list(rules)
         chosen.extend(rules)
+        # a field is a secret's name in text too (a tool's JSON result, a header dump)
+        chosen.extend(field_regex_text_rule(r) for r in rules if r.is_field_rule)
         self.rules: tuple[RedactionRule, ...] = tuple(chosen)
         self._fields = [r for r in self.rules if r.is_field_rule]
         self._scanner = Scanner([r for r in self.rules if not r.is_field_rule])

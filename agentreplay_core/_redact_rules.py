@@ -113,6 +113,36 @@ def field_text_rule(name: str, names: Iterable[str]) -> RedactionRule:
                          min_length=min(len(n) for n in listed) + 7)
 
 
+@dataclass(frozen=True)
+class FieldTextRule(RedactionRule):
+    """A `fields=` rule of a user's, written in text: a name before `:`/`=` whose whole the
+    rule's regex finds something in (as it searches a dict key) takes the value after it, as
+    `field_text_rule` does for listed names. Made by `Redactor` for each such rule."""
+
+    names: re.Pattern[str] | None = None
+
+
+def field_regex_text_rule(rule: RedactionRule) -> FieldTextRule:
+    """The text form of the `fields=` rule `rule`: any name written as a word (letters,
+    digits, `_.-`) before a value, kept by the scanner only if `rule.regex` finds something
+    in it. Screened by the rule's regex over the whole text where that is sound."""
+    return FieldTextRule(rule.name, pattern=rf"{_FIELD_NAME}{_ASSIGNED}", needles=(":", "="),
+                         screen=_text_screen(rule.regex), min_length=8, names=rule.regex)
+
+
+def _text_screen(names: re.Pattern[str]) -> str | None:
+    """A search over a whole text that finds something in any text holding a key `names`
+    finds something in: `names` itself, without the anchors at its ends (`^x-acme-` is
+    `x-acme-` in a text), which only ever narrow a search. None when it asserts anything
+    else (`\\b`, lookarounds; `[^...]` too, to keep this simple) or has flags a pattern
+    string would lose: each name is then checked on its own, which costs more."""
+    core = re.sub(r"(?<!\\)(?:\$|\\[Zz])\Z", "", re.sub(r"\A(?:\^|\\A)", "", names.pattern))
+    if names.flags & ~(re.IGNORECASE | re.UNICODE) or not core or \
+            re.search(r"[$^]|\\[AZzbBG]|\(\?", core):
+        return None
+    return f"(?i:{core})"
+
+
 def _names(names: Iterable[str]) -> list[str]:
     listed = sorted({n for n in names if n})
     if not listed:
@@ -147,6 +177,11 @@ _ASSIGNED = (r"""(?:(?P<kq>\\*)["'])?\s*[:=]\s*(?:(?P<esc>\\+)?(?P<quote>["']))?
              r"(?:(?i:basic|bearer|token|digest)\s+)?(?!(?i:basic|bearer|token|digest)\s)"
              rf"(?P<secret>(?(quote)(?:{_QUOTED}|{_VALUE})|(?:{_JSON_NUMBER}{_VALUE}"
              r"|(?P<open>[{\[]))))")
+
+#: a name written before a value as a word, as a dict key could be (`x-acme-ref`, `db.pass`);
+#: taken whole at once (a lookahead and its backreference: an atomic group before Python
+#: 3.11), as `re` would otherwise try each shorter name before the next word
+_FIELD_NAME = r"(?<![\w.<-])(?=(?P<fname>[^\W\d][\w.-]{0,63}))(?P=fname)"
 
 #: dict keys whose values are secrets, wherever they occur (headers, kwargs, configs)
 DEFAULT_FIELDS = (

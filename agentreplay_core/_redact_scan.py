@@ -15,11 +15,11 @@ the same answers; the Python screen here stays as the reference and the fallback
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from agentreplay_core._redact_containers import string_values
 from agentreplay_core._redact_fast import UNDECIDED, fast_screen
-from agentreplay_core._redact_rules import PLACEHOLDER, RedactionRule
+from agentreplay_core._redact_rules import PLACEHOLDER, FieldTextRule, RedactionRule
 
 #: characters from commonest to rarest in prose and JSON-ish text (a rough ranking; any other
 #: character counts as rarer still)
@@ -116,7 +116,8 @@ class Scanner:
                 if not runs:
                     continue
             if how == _PATTERN:
-                if _matches(rule.regex, text, seen):
+                if _named(rule, text) if isinstance(rule, FieldTextRule) else \
+                        _matches(rule.regex, text, seen):
                     found.append(rule)
             elif how == _KEYWORD_FOUND:
                 found.append(rule)
@@ -174,7 +175,9 @@ class Scanner:
                 continue
             group = "secret" if "secret" in rule.regex.groupindex else 0
             screens = self._screens.get(rule)
-            matches = _seeded(rule.regex, screens, s) if screens else rule.regex.finditer(s)
+            matches = _seeded(rule.regex, screens, s) if screens else \
+                _named_matches(rule, s) if isinstance(rule, FieldTextRule) else \
+                rule.regex.finditer(s)
             opens = "open" in rule.regex.groupindex
             scanned = -1  # where the last object scanned ends: nested names are inside it
             for m in matches:
@@ -238,6 +241,24 @@ def _seeded(regex: re.Pattern[str], screens: tuple[tuple[str, re.Pattern[str]], 
                 if m.start(group) > word_start:
                     break  # the keyword is before the value: this keyword's own match
     return [found[k] for k in sorted(found)]
+
+
+def _named_matches(rule: FieldTextRule, s: str) -> Iterator[re.Match[str]]:
+    """The matches of a field regex's text rule whose name the field regex finds something
+    in. Another name's value is searched too (`"note": "acme-ref=..."`), so the search goes
+    on after a name refused, not after its value."""
+    assert rule.names is not None
+    at = 0
+    while (m := rule.regex.search(s, at)) is not None:
+        if rule.names.search(m.group("fname")):
+            yield m
+            at = m.end()
+        else:
+            at = m.end("fname")
+
+
+def _named(rule: FieldTextRule, text: str) -> bool:
+    return next(_named_matches(rule, text), None) is not None
 
 
 def _matches(regex: re.Pattern[str], text: str, seen: dict[str, bool]) -> bool:
