@@ -157,8 +157,9 @@ def replay_command(
         env.pop("AGENTREPLAY_SCHEMA", None)
         if no_check_secrets:
             env["AGENTREPLAY_CHECK_SECRETS"] = "0"
+        unchecked = "; its placeholders match any text" if no_check_secrets else ""
         _say(f"agentreplay: replaying run {run.run_id} ({counted(exported.steps, 'step')}) "
-             f"{sandbox.description}")
+             f"{sandbox.description}{unchecked}")
         try:
             code = subprocess.run([*sandbox.prefix, *command], env=env).returncode
         except OSError as exc:

@@ -239,8 +239,8 @@ def add_redaction_hint(diverged: ReplayDivergence, redacted: Json, recorded: Seq
             "key (replay with the key it was recorded with: AGENTREPLAY_REDACTION_KEY, else "
             "AGENTREPLAY_HMAC_KEY, else the recording user's redaction.key file), or the "
             "secret differs now (a rotated key, another password). To replay without that "
-            "key, let placeholders match any text: check_secrets=False "
-            "(AGENTREPLAY_CHECK_SECRETS=0)")
+            "key, let placeholders match any text: check_secrets=False, "
+            "AGENTREPLAY_CHECK_SECRETS=0 or `agentreplay replay --no-check-secrets`")
         diverged.args = (diverged._message(),)
         return
     if compared:  # neither other rules nor another key alone can be the cause

@@ -140,6 +140,8 @@ def test_a_machine_without_the_redaction_key_replays_with_no_check_secrets(
                        options=("--no-check-secrets",), env=laptop)
     assert unchecked.returncode == 0, unchecked.stderr
     assert unchecked.stdout == recorded
+    assert "its placeholders match any text" in unchecked.stderr
+    assert "its placeholders match any text" not in checked.stderr
     assert f"replay of run {run_id} finished cleanly" in unchecked.stderr
 
 
