@@ -84,3 +84,18 @@ def test_a_number_in_json_text_under_a_secrets_name_is_kept_as_the_dict_keeps_it
     # where no quote says it is JSON, digits are a secret like any other (a PIN)
     assert "12345678" not in redactor.redact("password=12345678 and pin: 12345678")
     assert "1234567x" not in redactor.redact('"password": 1234567x')
+
+
+def test_a_quoted_value_holding_angle_brackets_is_redacted_whole() -> None:
+    # before, `<` or `>` anywhere in a quoted value made it no value: `"password":
+    # "p@ss>word99"` in a tool's JSON result was stored in clear
+    redactor = Redactor(key=KEY)
+    for secret in ("abc<def123", "p@ss>word99", "<<hunter2>>", "a <b> c d e"):
+        value = {"password": secret, "note": "kept"}
+        for text in (json.dumps(value), repr(value), json.dumps(json.dumps(value))):
+            redacted = redactor.redact(text)
+            assert secret not in redacted and "kept" in redacted, text
+            assert redactor.redact(redacted) == redacted  # placeholders are left alone
+        digest = redactor.redact(value)["password"][-13:]
+        assert redactor.redact(json.dumps(value)) == json.dumps(
+            {"password": f"<secret:assignment:{digest}", "note": "kept"})
