@@ -158,11 +158,12 @@ _TOKEN = r"[A-Za-z0-9_-]"
 _VALUE = r"""[^\s"'<>,;{}\[\]()`][^\s"'<>,;{}\[\]()`]{5,}"""
 #: ... or, in quotes, all of it up to the closing quote on the line (a passphrase has spaces:
 #: `password: "correct horse battery staple"`), escapes, `<` and `>` and all (a value holding
-#: a placeholder is left as it is: the scanner drops matches over placeholders). In JSON
+#: a placeholder is left as it is: the scanner drops matches over placeholders), up to 4 KiB
+#: (a cookie header; a bound keeps a line of unclosed quotes from costing its square). In JSON
 #: text inside JSON text (a tool's JSON result holding JSON) the quotes are escaped, `\"`:
 #: the value ends at the quote escaped as its opening one was
-_QUOTED = (r"""(?(esc)(?:(?!(?P=esc)(?P=quote))[^\n]){6,200}(?=(?P=esc)(?P=quote))"""
-           r"""|(?:\\.|(?!(?P=quote))[^\n\\]){6,200}(?=(?P=quote)))""")
+_QUOTED = (r"""(?(esc)(?:(?!(?P=esc)(?P=quote))[^\n]){6,4096}(?=(?P=esc)(?P=quote))"""
+           r"""|(?:\\.|(?!(?P=quote))[^\n\\]){6,4096}(?=(?P=quote)))""")
 #: after a quoted name, a JSON number is no secret: a dict keeps numbers under a secret's
 #: name, and replacing one would leave the JSON text unreadable (`"pin": <secret:...>`)
 _JSON_NUMBER = r"(?(kq)(?!-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?(?![^\s,}\]\\])))"

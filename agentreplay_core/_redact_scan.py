@@ -235,12 +235,21 @@ def _seeded(regex: re.Pattern[str], screens: tuple[tuple[str, re.Pattern[str]], 
                 at = m.start() + 1
                 if m.end() <= word_start:
                     continue  # another keyword's match, ended before this one
-                if m.end() >= window > after_separator and window < n:
+                if window < n and (m.end() >= window > after_separator or _cut_quote(m, s)):
                     m = regex.match(s, m.start()) or m  # the value may go on past the window
                 found.setdefault(m.start(), m)
                 if m.start(group) > word_start:
                     break  # the keyword is before the value: this keyword's own match
     return [found[k] for k in sorted(found)]
+
+
+def _cut_quote(m: re.Match[str], s: str) -> bool:
+    """Whether `m` took a quoted value's start only: its closing quote may be past the
+    window searched (a long cookie), and the value must then be taken whole."""
+    quote: str | None = m.groupdict().get("quote")
+    if not quote:
+        return False
+    return not s.startswith((m.group("esc") or "") + quote, m.end("secret"))
 
 
 def _named_matches(rule: FieldTextRule, s: str) -> Iterator[re.Match[str]]:

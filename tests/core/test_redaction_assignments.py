@@ -99,3 +99,20 @@ def test_a_quoted_value_holding_angle_brackets_is_redacted_whole() -> None:
         digest = redactor.redact(value)["password"][-13:]
         assert redactor.redact(json.dumps(value)) == json.dumps(
             {"password": f"<secret:assignment:{digest}", "note": "kept"})
+
+
+def test_a_long_quoted_value_is_redacted_whole() -> None:
+    # before, a quoted value of more than 200 characters was no quoted value: a cookie header
+    # in a tool's JSON result lost its first cookie only, the others were stored in clear
+    redactor = Redactor(key=KEY)
+    cookie = "; ".join(f"c{i}=v{i}-secret-value-{i}" for i in range(40))
+    words = " ".join(["staple"] * 600)  # 4,199 characters: past any window the screen uses
+    for value in ({"cookie": cookie}, {"password": words[:4000], "note": "kept"},
+                  {"headers": {"Cookie": cookie}}):
+        for text in (json.dumps(value), json.dumps(value, indent=2), repr(value)):
+            redacted = redactor.redact(text)
+            assert "secret-value" not in redacted and "staple" not in redacted, text
+        assert json.loads(redactor.redact(json.dumps(value))).keys() == value.keys()
+    digest = redactor.redact({"cookie": cookie})["cookie"][-13:]
+    assert redactor.redact(json.dumps({"cookie": cookie})) == \
+        json.dumps({"cookie": f"<secret:assignment:{digest}"})
