@@ -162,8 +162,9 @@ _VALUE = r"""[^\s"'<>,;{}\[\]()`][^\s"'<>,;{}\[\]()`]{5,}"""
 #: (a cookie header; a bound keeps a line of unclosed quotes from costing its square). In JSON
 #: text inside JSON text (a tool's JSON result holding JSON) the quotes are escaped, `\"`:
 #: the value ends at the quote escaped as its opening one was
-_QUOTED = (r"""(?(esc)(?:(?!(?P=esc)(?P=quote))[^\n]){6,4096}(?=(?P=esc)(?P=quote))"""
-           r"""|(?:\\.|(?!(?P=quote))[^\n\\]){6,4096}(?=(?P=quote)))""")
+QUOTED_MAX = 4096
+_QUOTED = (rf"""(?(esc)(?:(?!(?P=esc)(?P=quote))[^\n]){{6,{QUOTED_MAX}}}(?=(?P=esc)(?P=quote))"""
+           rf"""|(?:\\.|(?!(?P=quote))[^\n\\]){{6,{QUOTED_MAX}}}(?=(?P=quote)))""")
 #: after a quoted name, a JSON number is no secret: a dict keeps numbers under a secret's
 #: name, and replacing one would leave the JSON text unreadable (`"pin": <secret:...>`)
 _JSON_NUMBER = r"(?(kq)(?!-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?(?![^\s,}\]\\])))"

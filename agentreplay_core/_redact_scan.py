@@ -19,7 +19,12 @@ from collections.abc import Iterator, Sequence
 
 from agentreplay_core._redact_containers import string_values
 from agentreplay_core._redact_fast import UNDECIDED, fast_screen
-from agentreplay_core._redact_rules import PLACEHOLDER, FieldTextRule, RedactionRule
+from agentreplay_core._redact_rules import (
+    PLACEHOLDER,
+    QUOTED_MAX,
+    FieldTextRule,
+    RedactionRule,
+)
 
 #: characters from commonest to rarest in prose and JSON-ish text (a rough ranking; any other
 #: character counts as rarer still)
@@ -207,8 +212,10 @@ class Scanner:
 
 
 #: how far before its keyword's last word a keyword rule's match may start (`api_` of
-#: `api_key`), and how much of its value a first search looks at
-_LEAD, _WINDOW = 32, 256
+#: `api_key`), and how much of its value a first search looks at: all of a quoted one (a
+#: cookie header), whose words may each be too short to be a value on their own
+_LEAD, _WINDOW, _QUOTED_WINDOW = 32, 256, QUOTED_MAX + 16
+_OPENS_QUOTE = re.compile(r"\s*\\*[\"']")
 
 
 def _seeded(regex: re.Pattern[str], screens: tuple[tuple[str, re.Pattern[str]], ...],
@@ -226,7 +233,8 @@ def _seeded(regex: re.Pattern[str], screens: tuple[tuple[str, re.Pattern[str]], 
             continue
         for seed in screen.finditer(backwards):
             word_start, after_separator = n - seed.end(), n - seed.start()
-            window = min(n, after_separator + _WINDOW)
+            window = min(n, after_separator + (
+                _QUOTED_WINDOW if _OPENS_QUOTE.match(s, after_separator) else _WINDOW))
             # the matches that take in this keyword, up to its own: the first may be another
             # keyword's, whose value runs on over this one (`password=abc...password: "x y"`);
             # overlaps are settled by the caller
@@ -235,21 +243,12 @@ def _seeded(regex: re.Pattern[str], screens: tuple[tuple[str, re.Pattern[str]], 
                 at = m.start() + 1
                 if m.end() <= word_start:
                     continue  # another keyword's match, ended before this one
-                if window < n and (m.end() >= window > after_separator or _cut_quote(m, s)):
+                if m.end() >= window > after_separator and window < n:
                     m = regex.match(s, m.start()) or m  # the value may go on past the window
                 found.setdefault(m.start(), m)
                 if m.start(group) > word_start:
                     break  # the keyword is before the value: this keyword's own match
     return [found[k] for k in sorted(found)]
-
-
-def _cut_quote(m: re.Match[str], s: str) -> bool:
-    """Whether `m` took a quoted value's start only: its closing quote may be past the
-    window searched (a long cookie), and the value must then be taken whole."""
-    quote: str | None = m.groupdict().get("quote")
-    if not quote:
-        return False
-    return not s.startswith((m.group("esc") or "") + quote, m.end("secret"))
 
 
 def _named_matches(rule: FieldTextRule, s: str) -> Iterator[re.Match[str]]:

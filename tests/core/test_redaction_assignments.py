@@ -107,11 +107,13 @@ def test_a_long_quoted_value_is_redacted_whole() -> None:
     redactor = Redactor(key=KEY)
     cookie = "; ".join(f"c{i}=v{i}-secret-value-{i}" for i in range(40))
     words = " ".join(["staple"] * 600)  # 4,199 characters: past any window the screen uses
+    short = " ".join(["it"] * 1300)  # words too short to be a value on their own
     for value in ({"cookie": cookie}, {"password": words[:4000], "note": "kept"},
-                  {"headers": {"Cookie": cookie}}):
+                  {"headers": {"Cookie": cookie}}, {"secret": short}):
         for text in (json.dumps(value), json.dumps(value, indent=2), repr(value)):
             redacted = redactor.redact(text)
             assert "secret-value" not in redacted and "staple" not in redacted, text
+            assert "it it" not in redacted, text
         assert json.loads(redactor.redact(json.dumps(value))).keys() == value.keys()
     digest = redactor.redact({"cookie": cookie})["cookie"][-13:]
     assert redactor.redact(json.dumps({"cookie": cookie})) == \
