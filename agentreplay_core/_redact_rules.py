@@ -161,13 +161,17 @@ _VALUE = r"""[^\s"'<>,;{}\[\]()`][^\s"'<>,;{}\[\]()`]{5,}"""
 #: a placeholder is left as it is: the scanner drops matches over placeholders), up to 4 KiB
 #: (a cookie header; a bound keeps a line of unclosed quotes from costing its square). In JSON
 #: text inside JSON text (a tool's JSON result holding JSON) the quotes are escaped, `\"`:
-#: the value ends at the quote escaped as its opening one was
+#: the value ends at the quote escaped as its opening one was; one escaped with more
+#: backslashes is a quote one level down, inside the value (`\"a\\\"b\"`: `a\\\"b`)
 QUOTED_MAX = 4096
-_QUOTED = (rf"""(?(esc)(?:(?!(?P=esc)(?P=quote))[^\n]){{6,{QUOTED_MAX}}}(?=(?P=esc)(?P=quote))"""
+_QUOTED = (r"""(?(esc)(?:[^\n\\]|\\+(?![\\]|(?P=quote))|(?P=esc)\\+(?=(?P=quote)))"""
+           rf"""{{6,{QUOTED_MAX}}}(?=(?P=esc)(?P=quote))"""
            rf"""|(?:\\.|(?!(?P=quote))[^\n\\]){{6,{QUOTED_MAX}}}(?=(?P=quote)))""")
-#: after a quoted name, a JSON number is no secret: a dict keeps numbers under a secret's
-#: name, and replacing one would leave the JSON text unreadable (`"pin": <secret:...>`)
-_JSON_NUMBER = r"(?(kq)(?!-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?(?![^\s,}\]\\])))"
+#: after a quoted name, a JSON number, true, false or null is no secret: a dict keeps them
+#: under a secret's name, and replacing one would leave the JSON text unreadable (`"pin":
+#: <secret:...>`; in indented JSON inside JSON, `false\n` reads as a value of 7 characters)
+_JSON_SCALAR = (r"(?(kq)(?!(?:-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?|true|false|null)"
+                r"(?![^\s,}\]\\])))")
 #: the names of `DEFAULT_FIELDS`, as written before a value in text (alternatives sharing a
 #: first letter are grouped: `re` tries each alternative at every position of the text)
 _SECRET_WORDS = (r"p(?:assw(?:or)?d|assphrase|rivate[_-]?key)|secret|api[_-]?key|"
@@ -178,7 +182,7 @@ _SECRET_WORDS = (r"p(?:assw(?:or)?d|assphrase|rivate[_-]?key)|secret|api[_-]?key
 #: whose strings are the secrets (`_redact_containers`; `kq` shows how its quotes are escaped)
 _ASSIGNED = (r"""(?:(?P<kq>\\*)["'])?\s*[:=]\s*(?:(?P<esc>\\+)?(?P<quote>["']))?"""
              r"(?:(?i:basic|bearer|token|digest)\s+)?(?!(?i:basic|bearer|token|digest)\s)"
-             rf"(?P<secret>(?(quote)(?:{_QUOTED}|{_VALUE})|(?:{_JSON_NUMBER}{_VALUE}"
+             rf"(?P<secret>(?(quote)(?:{_QUOTED}|{_VALUE})|(?:{_JSON_SCALAR}{_VALUE}"
              r"|(?P<open>[{\[]))))")
 
 #: a name written before a value as a word, as a dict key could be (`x-acme-ref`, `db.pass`);

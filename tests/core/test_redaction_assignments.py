@@ -118,3 +118,21 @@ def test_a_long_quoted_value_is_redacted_whole() -> None:
     digest = redactor.redact({"cookie": cookie})["cookie"][-13:]
     assert redactor.redact(json.dumps({"cookie": cookie})) == \
         json.dumps({"cookie": f"<secret:assignment:{digest}"})
+
+
+def test_json_inside_json_keeps_quotes_inside_a_value_and_its_scalars() -> None:
+    # a quote inside the value is escaped one level further down than the value's own: before,
+    # it ended the value (`ab"cdefgh` was kept in clear, `00000"` left a stray `\"` that
+    # broke the inner JSON), and an indented `false` read as the value `false\n`
+    redactor = Redactor(key=KEY)
+    for secret in ('ab"cdefgh', '00000"', 'a\\b\\"cdef', "plain-value-1"):
+        for levels in (1, 2, 3):
+            text = json.dumps({"password": secret, "ok": False, "n": None}, indent=2)
+            for _ in range(levels):
+                text = json.dumps(text)
+            redacted = redactor.redact(text)
+            for _ in range(levels):
+                redacted = json.loads(redacted)
+            parsed = json.loads(redacted)
+            assert parsed["password"].startswith("<secret:assignment:"), (secret, levels)
+            assert parsed["ok"] is False and parsed["n"] is None
