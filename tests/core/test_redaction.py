@@ -55,7 +55,7 @@ RULE_OF = {"openai": "openai", "anthropic": "anthropic", "aws_access_key": "aws"
            "github_pat": "github", "stripe": "stripe", "huggingface": "huggingface",
            "jwt": "jwt", "slack": "slack", "bearer": "bearer",
            "pem": "private_key", "password": "assignment", "url_password": "url_password",
-           "cookie": "assignment", "credentials": "assignment"}
+           "cookie": "assignment", "credentials": "assignment", "long_cookie": "assignment"}
 
 
 @pytest.mark.parametrize("fake", fake_secrets(), ids=lambda f: f.kind)

@@ -88,6 +88,10 @@ def fake_secrets() -> list[FakeSecret]:
     # ... and an object under a secret field's name: its strings, whatever they are named
     add("credentials", f"pw.{core}",
         '{{"db": {{"credentials": {{"pass": "{}"}}, "port": 5432}}}}', core)
+    core = _random(20)
+    # ... a long quoted value of short words: the secret comes past the first 256 characters
+    cookies = "; ".join(f"c{i}=v{i}" for i in range(60))
+    add("long_cookie", f"{cookies}; sid=<{core}>", '{{"headers": {{"cookie": "{}"}}}}', core)
     return out
 
 
