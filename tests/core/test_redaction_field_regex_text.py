@@ -105,3 +105,18 @@ def test_json_text_and_the_dict_redact_the_same_strings(value: dict[str, Any], r
     rule = redactor(RedactionRule("acme", fields=regex))
     text = json.dumps(value, indent=indent)
     assert json.loads(rule.redact(text)) == rule.redact(value)
+
+
+def test_a_recorded_step_holds_no_such_field_in_clear(stores: Any) -> None:
+    # the recorder screens a step from its canonical JSON first: the text form must reach it
+    result = json.dumps({"acme-user-ref": "u-0042-xyz", "config": json.dumps({
+        "acme-team-ref": "team-secret-99"}), "n": 5})
+    with stores(redactor()).record(name="field regex") as rec:
+        rec.record("tool", "lookup", {"acme-order-ref": REF, "q": 1}, result)
+        rec.record("tool", "headers", {"q": 2}, "Acme-Order-Ref: ord-0000-aaaa\nAccept: */*")
+    first, second = stores(redactor()).load_steps(rec.run_id)
+    assert first.input == {"acme-order-ref": placeholder(REF), "q": 1}
+    output = json.loads(first.output)
+    assert output["acme-user-ref"] == placeholder("u-0042-xyz") and output["n"] == 5
+    assert json.loads(output["config"]) == {"acme-team-ref": placeholder("team-secret-99")}
+    assert second.output == f"Acme-Order-Ref: {placeholder('ord-0000-aaaa')}\nAccept: */*"
