@@ -18,6 +18,18 @@ from llama_index.core.tools import FunctionTool
 from llama_index.core.tools.types import BaseTool
 from pydantic import BaseModel
 
+from agentreplay_core import ReplayDivergence
+
+
+def divergence_in(exc: BaseException) -> ReplayDivergence:
+    """The ReplayDivergence itself, or the one older workflows wrap in WorkflowRuntimeError."""
+    seen: BaseException | None = exc
+    while seen is not None and not isinstance(seen, ReplayDivergence):
+        seen = seen.__cause__ or seen.__context__
+    assert isinstance(seen, ReplayDivergence), f"no ReplayDivergence behind {exc!r}"
+    return seen
+
+
 TEXTS = [
     "PostgreSQL stores the run log of every recorded agent run.",
     "Replay serves recorded results instead of calling the model again.",

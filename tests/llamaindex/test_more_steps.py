@@ -19,7 +19,7 @@ from llama_index.core.tools import FunctionTool
 from llama_index.core.workflow import Context
 from pydantic import Field
 
-from agentreplay_core import NetworkAccessDuringReplay, ReplayDivergence, Store
+from agentreplay_core import NetworkAccessDuringReplay, Store
 from agentreplay_llamaindex import (
     ReplayEmbedding,
     ReplayLLM,
@@ -65,15 +65,6 @@ class SocketLLM(SampledLLM):
                  ) -> CompletionResponse:
         socket.create_connection(("192.0.2.1", 443), timeout=1).close()
         return CompletionResponse(text="unreachable")
-
-
-def divergence_in(exc: BaseException) -> ReplayDivergence:
-    """The ReplayDivergence itself, or the one older workflows wrap in WorkflowRuntimeError."""
-    seen: BaseException | None = exc
-    while seen is not None and not isinstance(seen, ReplayDivergence):
-        seen = seen.__cause__ or seen.__context__
-    assert isinstance(seen, ReplayDivergence), f"no ReplayDivergence behind {exc!r}"
-    return seen
 
 
 def _scores(nodes: list[NodeWithScore]) -> list[tuple[str, float | None]]:
@@ -132,7 +123,7 @@ def test_changed_tool_set_is_params_changed(li_store: Store) -> None:
             li_store.replay(rec.run_id, allow_unused=True) as player:
         asyncio.run(scenarios.agent(ReplayLLM(player), replay_tools(player, fewer),
                                     workflow=True))
-    divergence = divergence_in(caught.value)
+    divergence = scenarios.divergence_in(caught.value)
     assert divergence.classification == "params_changed"
     assert "multiply" in divergence.diff
     assert "tool_choice" not in divergence.diff  # integration kwargs are not diff noise
