@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import hmac
 import json
 import os
 import stat
@@ -31,6 +29,7 @@ from agentreplay_core._redact_key import load_or_create_key
 from agentreplay_core._redact_rules import PLACEHOLDER
 from agentreplay_core._transfer import export_run
 from tests.support.pgcluster import PgCluster
+from tests.support.placeholders import documented_placeholder
 from tests.support.secret_leaks import FakeSecret, fake_secrets, files_bytes, leaks, schema_bytes
 
 KEY = b"test-redaction-key"
@@ -39,9 +38,8 @@ CI = settings(derandomize=True, database=None, deadline=None, max_examples=120,
 
 
 def expected_placeholder(secret: str, rule: str, key: bytes = KEY) -> str:
-    """The documented placeholder, computed here from its definition."""
-    digest = hmac.new(key, b"agentreplay/redact/v1\x00" + secret.encode(), hashlib.sha256)
-    return f"<secret:{rule}:{digest.hexdigest()[:12]}>"
+    """The documented placeholder, computed from its definition."""
+    return documented_placeholder(key, secret, rule)
 
 
 @pytest.fixture(autouse=True)

@@ -4,8 +4,6 @@ regex finds something in (searched as in a dict key: anchors are the name's ends
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import re
 from typing import Any
@@ -15,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentreplay_core import RedactionRule, Redactor
+from tests.support.placeholders import documented_placeholder
 
 KEY = b"field-regex-text-key"
 REF = "ord-7f3a9c2e1b"
@@ -24,9 +23,8 @@ CI = settings(derandomize=True, database=None, deadline=None, max_examples=150,
 
 
 def placeholder(secret: str, rule: str = "acme") -> str:
-    """The documented placeholder, computed here from its definition."""
-    digest = hmac.new(KEY, b"agentreplay/redact/v1\x00" + secret.encode(), hashlib.sha256)
-    return f"<secret:{rule}:{digest.hexdigest()[:12]}>"
+    """The documented placeholder, computed from its definition."""
+    return documented_placeholder(KEY, secret, rule)
 
 
 def redactor(*rules: RedactionRule) -> Redactor:

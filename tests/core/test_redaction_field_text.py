@@ -3,13 +3,12 @@ JSON text a tool returned (`{"cookie": "..."}`) holds it under the field's name.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 
 import pytest
 
 from agentreplay_core import Redactor, Store
+from tests.support.placeholders import documented_placeholder
 
 KEY = b"field-text-key"
 SESSION = "s3cr3t-session-value"
@@ -23,9 +22,8 @@ def _store_redaction(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def placeholder(secret: str, rule: str) -> str:
-    """The documented placeholder, computed here from its definition."""
-    digest = hmac.new(KEY, b"agentreplay/redact/v1\x00" + secret.encode(), hashlib.sha256)
-    return f"<secret:{rule}:{digest.hexdigest()[:12]}>"
+    """The documented placeholder, computed from its definition."""
+    return documented_placeholder(KEY, secret, rule)
 
 
 def test_a_custom_field_in_json_text_gets_the_placeholder_of_the_field_in_a_dict() -> None:

@@ -4,8 +4,6 @@ is the same: it is compared with its recording as sent, each placeholder's text 
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import logging
 from typing import Any
@@ -17,6 +15,7 @@ from hypothesis import strategies as st
 from agentreplay_core import Redactor, ReplayDivergence, encode
 from agentreplay_core._redact_match import Likeness, compare_redacted
 from agentreplay_core._redact_replay import secret_verifier
+from tests.support.placeholders import documented_digest
 from tests.support.redaction_rules import first_word_rules
 from tests.support.secret_leaks import fake_secrets
 
@@ -28,8 +27,7 @@ PASSPHRASE = "correct horse battery staple"
 
 def _digest(secret: str, key: bytes = KEY) -> str:
     """A placeholder's digest, from its definition in SECURITY.md."""
-    mac = hmac.new(key, b"agentreplay/redact/v1\x00" + secret.encode(), hashlib.sha256)
-    return mac.hexdigest()[:12]
+    return documented_digest(key, secret)
 
 
 #: the older rules: a quoted passphrase's first word only, no field names
