@@ -158,15 +158,21 @@ _TOKEN = r"[A-Za-z0-9_-]"
 _VALUE = r"""[^\s"'<>,;{}\[\]()`][^\s"'<>,;{}\[\]()`]{5,}"""
 #: ... or, in quotes, all of it up to the closing quote on the line (a passphrase has spaces:
 #: `password: "correct horse battery staple"`), escapes, `<` and `>` and all (a value holding
-#: a placeholder is left as it is: the scanner drops matches over placeholders), up to 4 KiB
-#: (a cookie header; a bound keeps a line of unclosed quotes from costing its square). In JSON
+#: a placeholder is left as it is: the scanner drops matches over placeholders). One longer
+#: than 4 KiB (a session's cookie header) is taken to its closing quote, or to its line's end
+#: when the quote is not there (a log line cut short): the first form is bounded, and the
+#: second always matches where it can start, so a line of unclosed quotes does not cost the
+#: square of its length. In JSON
 #: text inside JSON text (a tool's JSON result holding JSON) the quotes are escaped, `\"`:
 #: the value ends at the quote escaped as its opening one was; one escaped with more
 #: backslashes is a quote one level down, inside the value (`\"a\\\"b\"`: `a\\\"b`)
 QUOTED_MAX = 4096
-_QUOTED = (r"""(?(esc)(?:[^\n\\]|\\+(?![\\]|(?P=quote))|(?P=esc)\\+(?=(?P=quote)))"""
-           rf"""{{6,{QUOTED_MAX}}}(?=(?P=esc)(?P=quote))"""
-           rf"""|(?:\\.|(?!(?P=quote))[^\n\\]){{6,{QUOTED_MAX}}}(?=(?P=quote)))""")
+_IN_ESCAPED = r"""(?:[^\n\\]|\\+(?![\\]|(?P=quote))|(?P=esc)\\+(?=(?P=quote)))"""
+_IN_QUOTES = r"""(?:\\.|(?!(?P=quote))[^\n\\])"""
+_QUOTED = (rf"""(?(esc)(?:{_IN_ESCAPED}{{6,{QUOTED_MAX}}}(?=(?P=esc)(?P=quote))"""
+           rf"""|{_IN_ESCAPED}{{{QUOTED_MAX + 1},}})"""
+           rf"""|(?:{_IN_QUOTES}{{6,{QUOTED_MAX}}}(?=(?P=quote))"""
+           rf"""|{_IN_QUOTES}{{{QUOTED_MAX + 1},}}))""")
 #: after a quoted name, a JSON number, true, false or null is no secret: a dict keeps them
 #: under a secret's name, and replacing one would leave the JSON text unreadable (`"pin":
 #: <secret:...>`; in indented JSON inside JSON, `false\n` reads as a value of 7 characters)

@@ -213,8 +213,10 @@ class Scanner:
 
 #: how far before its keyword's last word a keyword rule's match may start (`api_` of
 #: `api_key`), and how much of its value a first search looks at: all of a quoted one (a
-#: cookie header), whose words may each be too short to be a value on their own
-_LEAD, _WINDOW, _QUOTED_WINDOW = 32, 256, QUOTED_MAX + 16
+#: cookie header, whose words may each be too short to be a value on their own) and a
+#: character more, counted from its quote (with room for `Basic `), so that one longer than
+#: `QUOTED_MAX` reaches the window's end and is searched for again without it
+_LEAD, _WINDOW, _QUOTED_WINDOW = 32, 256, QUOTED_MAX + 64
 _OPENS_QUOTE = re.compile(r"\s*\\*[\"']")
 
 
@@ -233,8 +235,8 @@ def _seeded(regex: re.Pattern[str], screens: tuple[tuple[str, re.Pattern[str]], 
             continue
         for seed in screen.finditer(backwards):
             word_start, after_separator = n - seed.end(), n - seed.start()
-            window = min(n, after_separator + (
-                _QUOTED_WINDOW if _OPENS_QUOTE.match(s, after_separator) else _WINDOW))
+            quote = _OPENS_QUOTE.match(s, after_separator)
+            window = min(n, quote.end() + _QUOTED_WINDOW if quote else after_separator + _WINDOW)
             # the matches that take in this keyword, up to its own: the first may be another
             # keyword's, whose value runs on over this one (`password=abc...password: "x y"`);
             # overlaps are settled by the caller

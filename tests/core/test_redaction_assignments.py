@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentreplay_core import RedactionRule, Redactor
-from agentreplay_core._redact_rules import DEFAULT_RULES
+from agentreplay_core._redact_rules import DEFAULT_RULES, QUOTED_MAX
 from agentreplay_core._redact_scan import Scanner
 
 KEY = b"assignments-test-key"
@@ -118,6 +118,40 @@ def test_a_long_quoted_value_is_redacted_whole() -> None:
     digest = redactor.redact({"cookie": cookie})["cookie"][-13:]
     assert redactor.redact(json.dumps({"cookie": cookie})) == \
         json.dumps({"cookie": f"<secret:assignment:{digest}"})
+
+
+def test_a_quoted_value_past_4_kib_is_redacted_whole() -> None:
+    # before, a quoted value longer than QUOTED_MAX lost its first word only (or nothing, if
+    # its words were short): a session's cookie header of 9 KB was stored all but in clear
+    redactor = Redactor(key=KEY)
+    cookie = "; ".join(f"c{i}=v{i}-secret-value-{i}" for i in range(350))
+    assert len(cookie) > 2 * QUOTED_MAX
+    short = " ".join(["it"] * 3000)
+    words = " ".join(["staple"] * 600)
+    for value in ({"cookie": cookie}, {"headers": {"Cookie": cookie}, "status": 200},
+                  {"secret": short}, {"password": words, "note": "kept"}):
+        dict_placeholder = json.dumps(redactor.redact(value))
+        for text in (json.dumps(value), json.dumps(value, indent=2), repr(value),
+                     json.dumps(json.dumps(value)), "; ".join(f"{k}: {v!r}" for k, v in
+                                                             value.items())):
+            redacted = redactor.redact(text)
+            assert "secret-value" not in redacted and "staple" not in redacted, text[:80]
+            assert "it it" not in redacted, text[:80]
+            assert redactor.redact(redacted) == redacted
+        assert redactor.redact(json.dumps(value)) == dict_placeholder.replace(
+            "<secret:field:", "<secret:assignment:")
+        inner = json.loads(redactor.redact(json.dumps(json.dumps(value))))
+        assert json.loads(inner).keys() == value.keys()
+    # a quote whose end the text lost (a log line cut short): the rest of its line
+    for cut in (f'cookie: "{cookie}', f'{{"password": "{words}\nnext line kept'):
+        redacted = redactor.redact(cut)
+        assert "secret-value" not in redacted and "staple" not in redacted, cut[:80]
+    assert redacted.endswith("\nnext line kept")
+    # ... and the screen's window counts from the quote (an authorization scheme inside it):
+    # spaces before it move no part of the value past the window
+    for spaced in (f'Cookie:{" " * 20}"{"w" * 4090} {cookie}"',
+                   json.dumps({"authorization": f"Basic {'w' * 4090} {cookie}"})):
+        assert "secret-value" not in redactor.redact(spaced)
 
 
 def test_json_inside_json_keeps_quotes_inside_a_value_and_its_scalars() -> None:
