@@ -16,16 +16,23 @@ from __future__ import annotations
 
 import re
 
+from agentreplay_core._redact_rules import BETWEEN_STRINGS
+
 #: what matters outside strings: brackets, and quotes that may open a string
 _STRUCTURE = re.compile(r"[{}\[\]\"']")
 _COLON = re.compile(r"\s*:")
+#: what follows a string in an object or array, line breaks escaped or not (or the text ends)
+_AFTER_STRING = re.compile(r"(?:\s|\\+[nrt])*(?:[,:\]}]|\Z)")
+_BETWEEN_STRINGS = re.compile(f"{BETWEEN_STRINGS}+")
 
 
 def string_values(text: str, at: int, escapes: int) -> tuple[list[tuple[int, int]], int]:
     """(start, end) of each non-empty string value in the object or array opened at `at`,
     whose quotes are preceded by `escapes` backslashes (to the end of `text` if it is not
     closed: a cut text keeps its secrets too; but a single quote that no other closes is an
-    apostrophe); and where the object ends (a name inside it needs no scan of its own)."""
+    apostrophe); and where the object ends (a name inside it needs no scan of its own). No
+    strings when one is what stands between two strings, and is followed by what no object
+    or array has there: the bracket stood inside a string (`'note: password: {', 'a': 1`)."""
     found: list[tuple[int, int]] = []
     depth = 0
     i = at
@@ -38,14 +45,16 @@ def string_values(text: str, at: int, escapes: int) -> tuple[list[tuple[int, int
             if depth == 0:
                 return found, i
         elif _backslashes(text, m.start()) == escapes:
-            end = _closing(text, i, char, escapes)
+            end = string_end(text, i, char, escapes)
             if end is None:
                 if char == "'":  # an apostrophe in prose (`[it's ...]`), no string
                     continue
-                if i < len(text):  # open to the end: the rest is the string
-                    found.append((i, len(text)))
+                if i < len(text) and not _BETWEEN_STRINGS.fullmatch(text, i):
+                    found.append((i, len(text)))  # open to the end: the rest is the string
                 break
             after = end + escapes + 1
+            if _BETWEEN_STRINGS.fullmatch(text, i, end) and not _AFTER_STRING.match(text, after):
+                return [], at + 1  # the gap between two strings: the bracket was inside one
             if end > i and not _COLON.match(text, after):
                 found.append((i, end))
             i = after
@@ -60,7 +69,7 @@ def _backslashes(text: str, at: int) -> int:
     return at - start
 
 
-def _closing(text: str, at: int, quote: str, escapes: int) -> int | None:
+def string_end(text: str, at: int, quote: str, escapes: int) -> int | None:
     """Where the string body that starts at `at` ends (its closing quote's backslashes
     start there), or None if it does not."""
     period = 2 * escapes + 2  # an escaped backslash of this level, in backslashes

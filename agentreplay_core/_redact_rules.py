@@ -154,23 +154,54 @@ def _names(names: Iterable[str]) -> list[str]:
 # search for the prefix quickly) keeps "task-force" or "disk-..." from counting as `sk-`.
 _TOKEN = r"[A-Za-z0-9_-]"
 #: a value after `password=` / `"api_key": "`: no quotes, spaces, brackets; not a placeholder
-#: (and `(?<!<)` keeps the `secret:` inside a placeholder from reading as an assignment)
-_VALUE = r"""[^\s"'<>,;{}\[\]()`][^\s"'<>,;{}\[\]()`]{5,}"""
+#: (and `(?<!<)` keeps the `secret:` inside a placeholder from reading as an assignment);
+#: it does not end on a backslash, which may escape the quote after it (a first word taken
+#: where a quoted value is none: too short, not closed) and JSON would break without it
+_VALUE = r"""[^\s"'<>,;{}\[\]()`][^\s"'<>,;{}\[\]()`]{5,}(?<![\\])"""
 #: ... or, in quotes, all of it up to the closing quote on the line (a passphrase has spaces:
 #: `password: "correct horse battery staple"`), escapes, `<` and `>` and all (a value holding
 #: a placeholder is left as it is: the scanner drops matches over placeholders). One longer
 #: than 4 KiB (a session's cookie header) is taken to its closing quote, or to its line's end
 #: when the quote is not there (a log line cut short): the first form is bounded, and the
 #: second always matches where it can start, so a line of unclosed quotes does not cost the
-#: square of its length. In JSON
-#: text inside JSON text (a tool's JSON result holding JSON) the quotes are escaped, `\"`:
-#: the value ends at the quote escaped as its opening one was; one escaped with more
-#: backslashes is a quote one level down, inside the value (`\"a\\\"b\"`: `a\\\"b`)
+#: square of its length. In JSON text inside JSON text (a tool's JSON result holding JSON)
+#: the quotes are escaped, `\"`: the value ends at the quote escaped as its opening one was
+#: (`esc`, e backslashes) after a whole number of this level's escaped backslashes (2e + 2
+#: each); a quote after any other run of backslashes is one level down, inside the value
+#: (`\"a\\\"b\"`: `a\\\"b`). Such a run is taken whole (a lookahead and its
+#: backreference), so that no backtracking splits it into a closing quote that is none
 QUOTED_MAX = 4096
-_IN_ESCAPED = r"""(?:[^\n\\]|\\+(?![\\]|(?P=quote))|(?P=esc)\\+(?=(?P=quote)))"""
+
+
+def _in_escaped(n: int) -> str:
+    """A character of a quoted value whose quotes are escaped: one of this level's escaped
+    backslashes, or the rest of a run of backslashes, shorter than that and no closing
+    quote's, whole, with the quote after it (one level down). A quote after fewer
+    backslashes than the value's own, or none, ends a string the value is inside: the value
+    cannot go on past it. Only one of these can match at any point, so that a value that is
+    no value fails in linear time (group names end in `n`: the pattern occurs twice)."""
+    unit = r"(?:(?P=esc)(?P=esc)\\\\)"
+    return (rf"(?:(?!(?P=quote))[^\n\\]|(?!(?P=esc)(?P=quote)){unit}"
+            rf"|(?!{unit}|(?P=esc)(?P=quote)|(?!(?P=esc))\\*(?P=quote))"
+            rf"(?=(?P<run{n}>\\+))(?P=run{n})(?P=quote)?)")
+
+
 _IN_QUOTES = r"""(?:\\.|(?!(?P=quote))[^\n\\])"""
-_QUOTED = (rf"""(?(esc)(?:{_IN_ESCAPED}{{6,{QUOTED_MAX}}}(?=(?P=esc)(?P=quote))"""
-           rf"""|{_IN_ESCAPED}{{{QUOTED_MAX + 1},}})"""
+#: what stands between two strings in JSON or a repr but commas: structure, spaces, line
+#: breaks (escaped in JSON inside JSON), numbers (whole: `(?![\d.])` keeps a run of digits
+#: from being split in exponentially many ways when what follows does not match) and the
+#: other scalars
+_BESIDES_COMMAS = (r"(?:[\s:\[\]{}]|\\+[nrt]|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?(?![\d.])"
+                   r"|true|false|null|True|False|None)")
+BETWEEN_STRINGS = rf"(?:{_BESIDES_COMMAS}|,)"
+#: a quote is no value's opening one when only that comes before the next quote of its kind,
+#: or before one of the other kind after a comma (a repr's strings take both quotes): it
+#: closes a string that ends `secret= `
+_OPENS_A_VALUE = (rf"(?!{BETWEEN_STRINGS}*(?(esc)(?P=esc))(?P=quote)"
+                  rf"|{_BESIDES_COMMAS}*,{BETWEEN_STRINGS}*(?(esc)(?P=esc))[\"'])")
+_QUOTED = (rf"""{_OPENS_A_VALUE}"""
+           rf"""(?(esc)(?:{_in_escaped(1)}{{6,{QUOTED_MAX}}}(?=(?P=esc)(?P=quote))"""
+           rf"""|{_in_escaped(2)}{{{QUOTED_MAX + 1},}})"""
            rf"""|(?:{_IN_QUOTES}{{6,{QUOTED_MAX}}}(?=(?P=quote))"""
            rf"""|{_IN_QUOTES}{{{QUOTED_MAX + 1},}}))""")
 #: after a quoted name, a JSON number, true, false or null is no secret: a dict keeps them
@@ -185,9 +216,10 @@ _SECRET_WORDS = (r"p(?:assw(?:or)?d|assphrase|rivate[_-]?key)|secret|api[_-]?key
                  r"session|id|ad|oauth|security)[_-]?token")
 #: what follows a secret's name in text: `: value`, `=value`, `": "quoted value"` (an
 #: authorization scheme before the value is no secret), or an object or array (`open`),
-#: whose strings are the secrets (`_redact_containers`; `kq` shows how its quotes are escaped)
+#: whose strings are the secrets (`_redact_containers`; `kq` shows how its quotes are escaped).
+#: Schemes may repeat (`Bearer Bearer abcdefghij`, a token prefixed twice)
 _ASSIGNED = (r"""(?:(?P<kq>\\*)["'])?\s*[:=]\s*(?:(?P<esc>\\+)?(?P<quote>["']))?"""
-             r"(?:(?i:basic|bearer|token|digest)\s+)?(?!(?i:basic|bearer|token|digest)\s)"
+             r"(?:(?i:basic|bearer|token|digest)\s+)*(?!(?i:basic|bearer|token|digest)\s)"
              rf"(?P<secret>(?(quote)(?:{_QUOTED}|{_VALUE})|(?:{_JSON_SCALAR}{_VALUE}"
              r"|(?P<open>[{\[]))))")
 

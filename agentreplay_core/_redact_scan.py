@@ -14,14 +14,14 @@ the same answers; the Python screen here stays as the reference and the fallback
 
 from __future__ import annotations
 
+import bisect
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
-from agentreplay_core._redact_containers import string_values
+from agentreplay_core._redact_containers import string_end, string_values
 from agentreplay_core._redact_fast import UNDECIDED, fast_screen
 from agentreplay_core._redact_rules import (
     PLACEHOLDER,
-    QUOTED_MAX,
     FieldTextRule,
     RedactionRule,
 )
@@ -174,28 +174,16 @@ class Scanner:
         rules = self.candidates(s)
         if not rules:
             return []
-        found: list[tuple[int, int, int, str]] = []
+        # (start, -end, rule order, rule name, where the secret's name starts)
+        found: list[tuple[int, int, int, str, int]] = []
         for order, rule in enumerate(rules):
             if len(s) < rule.min_length:
                 continue
-            group = "secret" if "secret" in rule.regex.groupindex else 0
             screens = self._screens.get(rule)
             matches = _seeded(rule.regex, screens, s) if screens else \
                 _named_matches(rule, s) if isinstance(rule, FieldTextRule) else \
                 rule.regex.finditer(s)
-            opens = "open" in rule.regex.groupindex
-            scanned = -1  # where the last object scanned ends: nested names are inside it
-            for m in matches:
-                if opens and m.start("open") >= 0:  # a secret's name before an object
-                    if m.start("open") < scanned:
-                        continue  # its strings are the outer object's already
-                    values, scanned = string_values(s, m.start("open"),
-                                                    len(m.group("kq") or ""))
-                    found += [(start, -end, order, rule.name) for start, end in values]
-                    continue
-                start, end = m.span(group)
-                if start < end:
-                    found.append((start, -end, order, rule.name))
+            found += _taken(rule, matches, s, order)
         if not found:
             return []
         if "<secret:" in s:  # keeps redaction idempotent, whatever a user pattern matches
@@ -204,20 +192,86 @@ class Scanner:
         found.sort()
         out: list[tuple[int, int, str]] = []
         done = 0
-        for start, negative_end, _, name in found:
-            if start >= done:
+        for start, negative_end, _, name, named_at in found:
+            # a name inside a secret taken already is a word of that secret (`"password: [\""`
+            # is one), not the start of another: a value it seems to open is none
+            if start >= done and not _within(named_at, out):
                 out.append((start, -negative_end, name))
                 done = -negative_end
         return out
 
 
+def _taken(rule: RedactionRule, matches: Iterable[re.Match[str]], s: str, order: int
+           ) -> list[tuple[int, int, int, str, int]]:
+    """(start, -end, rule order, rule name, where the secret's name starts) of each secret
+    `rule`'s matches (in order) take: a value, or each string of an object or array after a
+    secret's name. An object whose name is inside a value (`"api_key": "password=[..."`)
+    may be none: it hides no object after it from that one's own name (the caller drops
+    what a name inside a secret it keeps opens)."""
+    group = "secret" if "secret" in rule.regex.groupindex else 0
+    opens = "open" in rule.regex.groupindex
+    out: list[tuple[int, int, int, str, int]] = []
+    strings: list[tuple[int, int]] | None = None
+    scanned = taken = -1  # where the last object scanned ends (nested names are inside it),
+    for m in matches:  # ... and the last value taken
+        ends = len(s)  # where what follows the name ends: the string the name is in, if any
+        if "kq" in rule.regex.groupindex and m.group("kq") is None and m.group("esc") is None \
+                and (m.group("quote") or (opens and m.start("open") >= 0)):
+            strings = _strings_of(s) if strings is None else strings
+            ends = _string_around(m.start(), strings, len(s))
+            if m.group("quote") and m.start("quote") >= ends:
+                continue  # the quote after the name closes the string the name is in
+        if opens and m.start("open") >= 0:  # a secret's name before an object
+            if m.start("open") < scanned:
+                continue  # its strings are the outer object's already
+            values, reach = string_values(s if ends == len(s) else s[:ends],
+                                          m.start("open"), len(m.group("kq") or ""))
+            out += [(start, -end, order, rule.name, m.start()) for start, end in values]
+            if m.start() >= taken:  # else its name may be a word of a value: no object
+                scanned = reach
+            continue
+        start, end = m.span(group)
+        end = min(end, ends)  # a value quoted inside a string runs on no further than it
+        # (an unquoted one stops at any quote)
+        if start < end:
+            out.append((start, -end, order, rule.name, m.start()))
+            taken = max(taken, end)
+    return out
+
+
+#: a string of JSON or of a Python repr
+_STRING = re.compile(r"'(?:[^'\\\n]|\\.)*'" r'|"(?:[^"\\\n]|\\.)*"')
+_STRUCTURED = re.compile(r"\s*[\[{]")
+
+
+def _strings_of(s: str) -> list[tuple[int, int]]:
+    """Where the strings of `s` are, if it is JSON or a repr (its strings are then all of
+    its quotes); none in other text, whose apostrophes are no strings' quotes."""
+    if not _STRUCTURED.match(s):
+        return []
+    return [m.span() for m in _STRING.finditer(s)]
+
+
+def _string_around(at: int, strings: list[tuple[int, int]], n: int) -> int:
+    """Where the closing quote is of the string in `strings` that `at` stands in, or `n`:
+    an unquoted name in a string of JSON or a repr is a word of it, and what follows it ends
+    there (`'... password: ', 'x'`: the quote closes the string; `'password: ["'`: the
+    bracket opens nothing past it)."""
+    i = bisect.bisect_right(strings, at, key=lambda span: span[0]) - 1
+    return strings[i][1] - 1 if i >= 0 and strings[i][0] < at < strings[i][1] else n
+
+
+def _within(at: int, spans: list[tuple[int, int, str]]) -> bool:
+    """Whether `at` lies inside one of `spans` (sorted, not overlapping)."""
+    i = bisect.bisect_right(spans, at, key=lambda span: span[0]) - 1
+    return i >= 0 and spans[i][0] <= at < spans[i][1]
+
+
 #: how far before its keyword's last word a keyword rule's match may start (`api_` of
-#: `api_key`), and how much of its value a first search looks at: all of a quoted one (a
-#: cookie header, whose words may each be too short to be a value on their own) and a
-#: character more, counted from its quote (with room for `Basic `), so that one longer than
-#: `QUOTED_MAX` reaches the window's end and is searched for again without it
-_LEAD, _WINDOW, _QUOTED_WINDOW = 32, 256, QUOTED_MAX + 64
-_OPENS_QUOTE = re.compile(r"\s*\\*[\"']")
+#: `api_key`), and how much of its value a first search looks at (a quoted value that runs on
+#: past it is matched again where it starts, without this bound)
+_LEAD, _WINDOW = 32, 256
+_OPENS_QUOTE = re.compile(r"\s*(\\*)([\"'])")
 
 
 def _seeded(regex: re.Pattern[str], screens: tuple[tuple[str, re.Pattern[str]], ...],
@@ -234,23 +288,56 @@ def _seeded(regex: re.Pattern[str], screens: tuple[tuple[str, re.Pattern[str]], 
         if separator not in s:
             continue
         for seed in screen.finditer(backwards):
-            word_start, after_separator = n - seed.end(), n - seed.start()
-            quote = _OPENS_QUOTE.match(s, after_separator)
-            window = min(n, quote.end() + _QUOTED_WINDOW if quote else after_separator + _WINDOW)
-            # the matches that take in this keyword, up to its own: the first may be another
-            # keyword's, whose value runs on over this one (`password=abc...password: "x y"`);
-            # overlaps are settled by the caller
-            at = max(0, word_start - _LEAD)
-            while (m := regex.search(s, at, window)) is not None and m.start() <= word_start:
-                at = m.start() + 1
-                if m.end() <= word_start:
-                    continue  # another keyword's match, ended before this one
-                if m.end() >= window > after_separator and window < n:
-                    m = regex.match(s, m.start()) or m  # the value may go on past the window
-                found.setdefault(m.start(), m)
-                if m.start(group) > word_start:
-                    break  # the keyword is before the value: this keyword's own match
+            for m in _around(regex, s, n - seed.end(), n - seed.start(), group):
+                # another keyword's search may have seen less of this match's value (its
+                # window ends sooner): the longest is the one that saw all of it
+                if m.start() not in found or m.end() > found[m.start()].end():
+                    found[m.start()] = m
     return [found[k] for k in sorted(found)]
+
+
+def _around(regex: re.Pattern[str], s: str, word_start: int, after_separator: int,
+            group: str | int) -> list[re.Match[str]]:
+    """The matches that take in the keyword at `word_start`, up to its own: the first may be
+    another keyword's, whose value runs on over this one (`password=abc...password: "x y"`);
+    overlaps are settled by the caller."""
+    n, lead = len(s), max(0, word_start - _LEAD)
+    window = min(n, after_separator + _WINDOW)
+    if window < n and _quoted_past(s, after_separator, window):
+        # a quoted value the window cuts (a cookie header of short words, none a value on
+        # its own): matched where a match may start, without the window
+        candidates: Iterator[re.Match[str] | None] = (
+            regex.match(s, start) for start in range(lead, word_start + 1))
+    else:
+        candidates = _searched(regex, s, lead, word_start, window)
+    out = []
+    for m in candidates:
+        if m is None or m.end() <= word_start:
+            continue  # none, or another keyword's match, ended before this one
+        out.append(m)
+        if m.start(group) > word_start:
+            break  # the keyword is before the value: this keyword's own match
+    return out
+
+
+def _searched(regex: re.Pattern[str], s: str, at: int, word_start: int, window: int
+              ) -> Iterator[re.Match[str]]:
+    """The matches starting from `at` to `word_start`, searched for up to `window`."""
+    while (m := regex.search(s, at, window)) is not None and m.start() <= word_start:
+        at = m.start() + 1
+        if m.end() >= window < len(s):
+            m = regex.match(s, m.start()) or m  # the value may go on past the window
+        yield m
+
+
+def _quoted_past(s: str, after_separator: int, window: int) -> bool:
+    """Whether a quoted value opens after the separator and runs on past `window`."""
+    quote = _OPENS_QUOTE.match(s, after_separator)
+    if quote is None:
+        return False
+    escapes = len(quote.group(1))
+    closing = string_end(s, quote.end(), quote.group(2), escapes)
+    return closing is None or closing + escapes >= window
 
 
 def _named_matches(rule: FieldTextRule, s: str) -> Iterator[re.Match[str]]:

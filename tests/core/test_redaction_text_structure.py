@@ -1,0 +1,189 @@
+"""Redacting text keeps its structure: a value after a secret's name is read as far as it
+goes and no further, whatever escapes, quotes and brackets stand around it. Each case is one
+that libFuzzer (tests/fuzz/fuzz_redaction_text.py) found breaking JSON or keeping a secret."""
+
+from __future__ import annotations
+
+import ast
+import json
+from typing import Any
+
+import pytest
+
+from agentreplay_core import Redactor
+from agentreplay_core._redact_rules import PLACEHOLDER
+
+REDACTOR = Redactor(key=b"text-structure")
+
+
+def _nested(value: Any, levels: int, indent: int | None = None) -> str:
+    """`value` as JSON text, inside JSON text `levels` times over."""
+    text = json.dumps(value, indent=indent)
+    for _ in range(levels):
+        text = json.dumps(text)
+    return text
+
+
+def _read(text: str, levels: int) -> Any:
+    for _ in range(levels):
+        text = json.loads(text)
+    return json.loads(text)
+
+
+@pytest.mark.parametrize("levels", [0, 1, 2, 3])
+@pytest.mark.parametrize("indent", [None, 2])
+@pytest.mark.parametrize("value", [
+    {"password": 'sk-\\"'},  # backslashes before a quote one level down
+    {"password": "abcdef\\"},  # ... and before the value's own closing quote
+    {"secret": {"cookie": "\\"}, "n": 0},  # an object's string of backslashes only
+    {"password": "sk-" + "\\" * 40},  # more backslashes than the value has characters
+    {"cookie": "password" + '\\"' * 1600},  # past 4 KiB: read to its end in one way only
+    {"access_token": "password" + "\x00" * 1000},  # escapes (`\u0000`) past 4 KiB, too
+])
+def test_backslashes_before_a_quote_end_the_value_where_json_does(
+        value: dict[str, Any], indent: int | None, levels: int) -> None:
+    # before, a run of backslashes was split where a closing quote could be read, or a
+    # value too short to be one lost its first word up to a backslash, whose quote then had
+    # no escape: the JSON text was broken (or, for the last, its secret kept in clear)
+    redacted = _read(REDACTOR.redact(_nested(value, levels, indent)), levels)
+    assert redacted.keys() == value.keys()
+    assert "sk-\\\\\\\\" not in json.dumps(redacted)
+    assert redacted.get("n", 0) == 0
+
+
+@pytest.mark.parametrize("levels", [0, 1, 2])
+@pytest.mark.parametrize("value", [
+    {"access_token": ["secret= "], "next": 0},  # a string ends where a value could open
+    {"note": ["a", "password: ", 0, 0], "cookie": ["password: ", 1, 2], "x": 0},
+    {"items": ["token= ", "kept-value"], "n": [1, 2, 3]},
+])
+def test_a_quote_that_ends_a_string_opens_no_value(value: dict[str, Any], levels: int) -> None:
+    # before, the closing quote of a string ending `secret= ` opened a "value" that ran over
+    # the JSON after it (`,\n  ],\n  `), and replacing it broke the text
+    kept = {k: v for k, v in value.items() if k not in ("access_token", "cookie")}
+    for indent in (None, 2):
+        redacted = _read(REDACTOR.redact(_nested(value, levels, indent)), levels)
+        assert redacted.keys() == value.keys()
+        assert {k: redacted[k] for k in kept} == kept
+
+
+@pytest.mark.parametrize("levels", [0, 1])
+def test_a_name_inside_a_secret_opens_nothing(levels: int) -> None:
+    # before, `password: [` inside a credentials value was read as an array after a secret's
+    # name: its "strings" ran past the value over the JSON after it
+    value = {"credentials": 'password: ["', "other": "kept", "n": 0}
+    for indent in (None, 2):
+        redacted = _read(REDACTOR.redact(_nested(value, levels, indent)), levels)
+        assert PLACEHOLDER.fullmatch(redacted["credentials"])
+        assert (redacted["other"], redacted["n"]) == ("kept", 0)
+
+
+def test_authorization_schemes_may_repeat() -> None:
+    # a token prefixed twice (`Bearer Bearer ...`) kept its value in clear: no value may start
+    # with a scheme's word, and only one scheme was skipped
+    for text in ("Authorization: Bearer Bearer abcdefghij",
+                 json.dumps({"authorization": "Basic basic abcdefghij"}),
+                 repr({"Authorization": "Bearer  Token abcdefghij"})):
+        redacted = REDACTOR.redact(text)
+        assert "abcdefghij" not in redacted and PLACEHOLDER.search(redacted), text
+
+
+def test_a_quoted_value_whose_escapes_double_its_length_is_redacted_whole() -> None:
+    # `\"` is one character of the value: a value of them ran past the text the screen first
+    # looked at, and no part of it was taken
+    value = {"cookie": "Bearer sk-" + '"' * 3000, "n": 0}
+    for text in (json.dumps(value), repr(value), _nested(value, 1)):
+        redacted = REDACTOR.redact(text)
+        assert '\\"\\"\\"' not in redacted and "\"\"\"" not in redacted, text[:40]
+    assert ast.literal_eval(REDACTOR.redact(repr(value)))["n"] == 0
+
+
+def test_a_repr_keeps_its_structure_when_a_string_ends_after_a_secrets_name() -> None:
+    # the closing quote of a string ending `password: ` was read as a value's opening one,
+    # the value ran on over `], 'DB_PASSWORD': ` and the repr could no longer be read
+    for note in ("sk-password: ", "it's my password: "):  # quoted as '...', or as "..."
+        value = {"x": [["a"], note], "DB_PASSWORD": '"starts-with-a-quote', "n": 0}
+        redacted = ast.literal_eval(REDACTOR.redact(repr(value)))
+        assert (redacted["x"], redacted["n"]) == (value["x"], 0)
+        assert PLACEHOLDER.fullmatch(redacted["DB_PASSWORD"])
+
+
+def test_a_secrets_name_inside_a_long_quoted_value_does_not_cut_it_short() -> None:
+    # the value's own words named a secret (`password: ...`): the search from that name saw
+    # only the first 256 characters after it, in which the quoted value had no end, and its
+    # shorter reading (the first word) was kept in place of the whole
+    value = {"cookie": "password: " + "hunter2-secret " * 100, "n": 0}
+    for text in (repr(value), json.dumps(value), _nested(value, 1)):
+        redacted = REDACTOR.redact(text)
+        assert "hunter2" not in redacted, text[:40]
+
+
+def test_values_that_look_like_the_start_of_json_are_still_values() -> None:
+    # what may stand between two strings is read one way only (a run of digits is one
+    # number), so a value that merely starts so is read on in linear time; and a value that
+    # starts with structure and a quote of the other kind, no comma between, is a value
+    for value in ({"password": "1" * 40 + "x"}, {"credentials": {"id": "1" * 40 + "a"}},
+                  {"cookie": ': "' + "passw0rd" * 10}, {"secret": "[1, 2, " * 200 + "x"},
+                  {"cookie": '\n["passw0rd-sk-'}):
+        for text in (json.dumps(value), repr(value), _nested(value, 1)):
+            redacted = REDACTOR.redact(text)
+            assert PLACEHOLDER.search(redacted) and "111111" not in redacted, text[:40]
+            assert "passw0rd" not in redacted and "[1, 2, [1" not in redacted, text[:40]
+
+
+def test_a_bracket_inside_a_string_opens_nothing_at_the_texts_end() -> None:
+    # `password: {` inside the last string: its closing quote was read as a string opening
+    # to the end of the text, and the JSON's closing brace was taken as a secret
+    value = {"note": ": password: {password"}
+    for text in (json.dumps(value), json.dumps(value, indent=2), repr(value)):
+        assert REDACTOR.redact(text) == text
+
+
+@pytest.mark.parametrize("levels", [0, 1])
+def test_a_name_inside_a_value_hides_no_object_after_it(levels: int) -> None:
+    # `password=[` inside the api_key's value was scanned as an array running on over the
+    # object after it, whose own name was then skipped as inside it: its strings were kept
+    value = {"api_key": "password=[", "access_token": {"inner": {"note": "hunter2-value"}}}
+    for indent in (None, 2):
+        text = _nested(value, levels, indent)
+        redacted = REDACTOR.redact(text)
+        assert "hunter2" not in redacted and REDACTOR.redact(redacted) == redacted
+        assert _read(redacted, levels).keys() == value.keys()
+
+
+@pytest.mark.parametrize("levels", [1, 2])
+def test_a_value_inside_a_string_ends_where_that_string_ends(levels: int) -> None:
+    # `password: \"` in JSON inside JSON reads as a name and a quote three levels down; that
+    # value has no end at its level, and it ran on over the JSON after the string holding it
+    value = {"note": {"k": 'password: \\"'}, "private_key": "pem-" * 1100, "n": 0}
+    for indent in (None, 2):
+        redacted = _read(REDACTOR.redact(_nested(value, levels, indent)), levels)
+        assert (redacted["note"], redacted["n"]) == (value["note"], 0)
+        assert PLACEHOLDER.fullmatch(redacted["private_key"])
+
+
+def test_what_follows_a_name_inside_a_reprs_string_ends_with_that_string() -> None:
+    # a repr's strings hold either quote unescaped: `["` in a string opened an array whose
+    # string ran over the rest of the repr, and a quoted value in a string ran past its end
+    for value in ({"x": [[True, '[password: ["'], ["", True]], "y": -1},
+                  {"n": 'password: "hunter2 xyz', "x": "d'ef"},
+                  {"n": 'credentials: {"user": "xq", "pass": "hunter2-xyz"}', "k": 1}):
+        redacted = REDACTOR.redact(repr(value))
+        parsed = ast.literal_eval(redacted)
+        assert "hunter2" not in redacted and parsed.keys() == value.keys()
+        assert {k: v for k, v in parsed.items() if k != "n"} == \
+            {k: v for k, v in value.items() if k != "n"}
+
+
+def test_a_value_that_is_none_hides_no_object_after_it() -> None:
+    # `password: '` in an object's string read as a value quoted with `'` running to the
+    # text's end; dropped in the end, it had first hidden every object after it: their strings
+    # were kept in clear, and redacting the text again took them
+    value = {"secret": {"cookie": ["password: '", "x", ""]},
+             "cookie": {"inner": {"password": "hunter2-one", "private_key": "pem-" * 1100}}}
+    for indent in (None, 2):
+        text = _nested(value, 1, indent)
+        redacted = REDACTOR.redact(text)
+        assert "hunter2" not in redacted and "pem-pem" not in redacted
+        assert REDACTOR.redact(redacted) == redacted
+        assert _read(redacted, 1).keys() == value.keys()
