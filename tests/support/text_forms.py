@@ -1,0 +1,67 @@
+"""A dict written as text the ways tools return it (JSON, indented, ASCII-escaped or not, JSON
+inside JSON, a repr), and what redacting such text must keep: no string that a dict's secret
+field would lose survives, JSON text stays readable, and redacting again changes nothing.
+Shared by the property test of the text rules and their libFuzzer harness."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+from agentreplay_core import Redactor
+from agentreplay_core._redact_rules import PLACEHOLDER
+
+#: names the default rules treat as a secret's, in dicts and in text
+SECRET_NAMES = ("password", "api_key", "cookie", "access_token", "Authorization",
+                "credentials", "secret", "DB_PASSWORD", "private_key")
+FORMS = ("json", "json in json", "repr")
+_SCHEME = re.compile(r"\A(?:(?i:basic|bearer|token|digest)\s+)+")
+
+
+def strings_of(value: Any, secret: bool = False) -> list[tuple[str, bool]]:
+    """Every string of `value` (keys too), and whether a dict's secret field holds it."""
+    if isinstance(value, str):
+        return [(value, secret)]
+    if isinstance(value, list):
+        return [s for item in value for s in strings_of(item, secret)]
+    if isinstance(value, dict):
+        names = {n.lower() for n in SECRET_NAMES}
+        return [*((k, False) for k in value),
+                *(s for k, v in value.items()
+                  for s in strings_of(v, secret or k.lower() in names))]
+    return []
+
+
+def written(form: str, indent: int | None, ascii_: bool
+            ) -> tuple[Callable[[Any], str], Callable[[str], Any]]:
+    """How a value is written as text, and how such text is read back."""
+    def dumps(v: Any) -> str:
+        return json.dumps(v, indent=indent, ensure_ascii=ascii_)
+    if form == "json":
+        return dumps, json.loads
+    if form == "json in json":
+        return lambda v: dumps(dumps(v)), lambda t: json.loads(json.loads(t))
+    return repr, ast.literal_eval
+
+
+def assert_text_redacted(redactor: Redactor, value: dict[str, Any], form: str,
+                         indent: int | None, ascii_: bool) -> None:
+    """Redacting `value` written as `form` keeps no secret, stays readable, and is stable."""
+    write, read = written(form, indent, ascii_)
+    redacted = redactor.redact(write(value))
+    # JSON text stays JSON, a repr a Python literal; no string of it holds a secret
+    kept = [PLACEHOLDER.sub("", s) for s, _ in strings_of(read(redacted))]
+    assert redactor.redact(redacted) == redacted
+    found = strings_of(value)
+    elsewhere = [s for s, secret in found if not secret]
+    for s, secret in found:
+        # a secret of letters (digits could be part of a number), of the length the text
+        # rules take, that no string outside a secret field holds; an authorization scheme
+        # before it is kept in text
+        s = _SCHEME.sub("", s) if secret else s
+        if secret and len(s) >= 6 and any(c.isalpha() for c in s) and \
+                not any(s in other for other in elsewhere):
+            assert not any(s in k for k in kept), s
