@@ -26,13 +26,16 @@ _AFTER_STRING = re.compile(r"(?:\s|\\+[nrt])*(?:[,:\]}]|\Z)")
 _BETWEEN_STRINGS = re.compile(f"{BETWEEN_STRINGS}+")
 
 
-def string_values(text: str, at: int, escapes: int) -> tuple[list[tuple[int, int]], int]:
+def string_values(text: str, at: int, escapes: int, structured: bool = False
+                  ) -> tuple[list[tuple[int, int]], int]:
     """(start, end) of each non-empty string value in the object or array opened at `at`,
     whose quotes are preceded by `escapes` backslashes (to the end of `text` if it is not
     closed: a cut text keeps its secrets too; but a single quote that no other closes is an
     apostrophe); and where the object ends (a name inside it needs no scan of its own). No
-    strings when one is what stands between two strings, and is followed by what no object
-    or array has there: the bracket stood inside a string (`'note: password: {', 'a': 1`)."""
+    strings when one is followed by what no object or array has there and is what stands
+    between two strings, or `text` is JSON or a repr (`structured`, where no string in an
+    object stands before a word): the bracket stood inside a string (`'note: password: {',
+    'a': 1`). (In prose, `[see "notes" below]` keeps its string.)"""
     found: list[tuple[int, int]] = []
     depth = 0
     i = at
@@ -53,7 +56,8 @@ def string_values(text: str, at: int, escapes: int) -> tuple[list[tuple[int, int
                     found.append((i, len(text)))  # open to the end: the rest is the string
                 break
             after = end + escapes + 1
-            if _BETWEEN_STRINGS.fullmatch(text, i, end) and not _AFTER_STRING.match(text, after):
+            if not _AFTER_STRING.match(text, after) and \
+                    (structured or _BETWEEN_STRINGS.fullmatch(text, i, end)):
                 return [], at + 1  # the gap between two strings: the bracket was inside one
             if end > i and not _COLON.match(text, after):
                 found.append((i, end))

@@ -225,10 +225,11 @@ def _taken(rule: RedactionRule, matches: Iterable[re.Match[str]], s: str, order:
             if m.start("open") < scanned:
                 continue  # its strings are the outer object's already
             values, reach = string_values(s if ends == len(s) else s[:ends],
-                                          m.start("open"), len(m.group("kq") or ""))
+                                          m.start("open"), len(m.group("kq") or ""),
+                                          structured=_JSON_OR_REPR.match(s) is not None)
             out += [(start, -end, order, rule.name, m.start()) for start, end in values]
-            if m.start() >= taken:  # else its name may be a word of a value: no object
-                scanned = reach
+            if values and m.start() >= taken:  # else it may be none (its name a word of a
+                scanned = reach  # value or of a string), and must hide no object after it
             continue
         start, end = m.span(group)
         end = min(end, ends)  # a value quoted inside a string runs on no further than it
@@ -241,7 +242,10 @@ def _taken(rule: RedactionRule, matches: Iterable[re.Match[str]], s: str, order:
 
 #: a string of JSON or of a Python repr
 _STRING = re.compile(r"'(?:[^'\\\n]|\\.)*'" r'|"(?:[^"\\\n]|\\.)*"')
+#: how JSON text or a repr starts ...
 _STRUCTURED = re.compile(r"\s*[\[{]")
+#: ... or JSON text inside JSON text
+_JSON_OR_REPR = re.compile(r"\s*[\[{\"]")
 
 
 def _strings_of(s: str) -> list[tuple[int, int]]:

@@ -187,3 +187,37 @@ def test_a_value_that_is_none_hides_no_object_after_it() -> None:
         assert "hunter2" not in redacted and "pem-pem" not in redacted
         assert REDACTOR.redact(redacted) == redacted
         assert _read(redacted, 1).keys() == value.keys()
+
+
+def test_an_apostrophe_in_json_inside_json_opens_no_string_of_an_object() -> None:
+    # `password: {` in a string of JSON inside JSON, then an apostrophe: read as an object of
+    # repr strings, its "string" ran from the apostrophe over the JSON to the next one
+    value = {"note": "password: {{'hunter", "access_token": "sk-passwordpassword",
+             "Authorization": {"k'": 0, "": 0}}
+    for indent in (None, 2):
+        redacted = _read(REDACTOR.redact(_nested(value, 1, indent)), 1)
+        assert redacted["note"] == value["note"]
+        assert redacted["Authorization"] == value["Authorization"]
+        assert PLACEHOLDER.fullmatch(redacted["access_token"])
+
+
+@pytest.mark.parametrize("levels", [0, 1])
+def test_a_bracket_in_a_string_hides_no_secrets_object_after_it(levels: int) -> None:
+    # `password: [` in a note's string scanned on to the end of the next array and hid it
+    # from its own name: the cookie's strings were kept in clear
+    value = {"note": "password: [", "cookie": ["hunter2-cookie-value", "other"], "n": 0}
+    for indent in (None, 2):
+        redacted = _read(REDACTOR.redact(_nested(value, levels, indent)), levels)
+        assert redacted["note"] == value["note"] and redacted["n"] == 0
+        assert all(PLACEHOLDER.fullmatch(v) for v in redacted["cookie"])
+
+
+def test_a_value_in_single_quotes_ends_with_the_json_string_it_is_in() -> None:
+    # in JSON inside JSON, `password='...` in a string ran on past that string's `\"` (to the
+    # text's end, when longer than 4 KiB) over the JSON after it
+    for secret in ("p" * 5000, "hunter2 and more", "it's"):
+        value = {"note": f"password='{secret}", "x": "it's kept", "n": 0}
+        for indent in (None, 2):
+            redacted = _read(REDACTOR.redact(_nested(value, 1, indent)), 1)
+            assert (redacted["x"], redacted["n"]) == ("it's kept", 0)
+            assert "hunter2" not in redacted["note"] and "ppppp" not in redacted["note"]
