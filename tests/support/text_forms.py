@@ -53,7 +53,7 @@ def assert_text_redacted(redactor: Redactor, value: dict[str, Any], form: str,
     write, read = written(form, indent, ascii_)
     redacted = redactor.redact(write(value))
     # JSON text stays JSON, a repr a Python literal; no string of it holds a secret
-    kept = [PLACEHOLDER.sub("", s) for s, _ in strings_of(read(redacted))]
+    kept = [_SCHEME.sub("", PLACEHOLDER.sub("", s)) for s, _ in strings_of(read(redacted))]
     assert redactor.redact(redacted) == redacted
     found = strings_of(value)
     elsewhere = [s for s, secret in found if not secret]
