@@ -215,7 +215,7 @@ def _taken(rule: RedactionRule, matches: Iterable[re.Match[str]], s: str, order:
     scanned = taken = -1  # where the last object scanned ends (nested names are inside it),
     for m in matches:  # ... and the last value taken
         ends = len(s)  # where what follows the name ends: the string the name is in, if any
-        if "kq" in rule.regex.groupindex and m.group("kq") is None and m.group("esc") is None \
+        if "kq" in rule.regex.groupindex and m.group("kq") is None \
                 and (m.group("quote") or (opens and m.start("open") >= 0)):
             strings = _strings_of(s) if strings is None else strings
             ends = _string_around(m.start(), strings, len(s))

@@ -221,3 +221,14 @@ def test_a_value_in_single_quotes_ends_with_the_json_string_it_is_in() -> None:
             redacted = _read(REDACTOR.redact(_nested(value, 1, indent)), 1)
             assert (redacted["x"], redacted["n"]) == ("it's kept", 0)
             assert "hunter2" not in redacted["note"] and "ppppp" not in redacted["note"]
+
+
+def test_a_value_after_escaped_quotes_in_a_reprs_string_ends_with_it() -> None:
+    # `'password: \\"'` (a backslash and a quote, as a repr writes them) read as a value
+    # quoted with two backslashes, which ran on to the next such quote in a later string
+    value = {"a": 'password: \\"', "b": "", "c": 'x\\"y', "cmd": 'curl -d pw=\\"hunter2x\\"'}
+    redacted = ast.literal_eval(REDACTOR.redact(repr(value)))
+    assert {k: redacted[k] for k in "abc"} == {k: value[k] for k in "abc"}
+    command = {"cmd": 'curl -d password=\\"hunter2\\"', "k": "kept"}
+    redacted = ast.literal_eval(REDACTOR.redact(repr(command)))
+    assert "hunter2" not in redacted["cmd"] and redacted["k"] == "kept"
