@@ -17,6 +17,7 @@ from __future__ import annotations
 import bisect
 import re
 from collections.abc import Iterable, Iterator, Sequence
+from typing import TypeVar
 
 from agentreplay_core._redact_containers import string_end, string_values
 from agentreplay_core._redact_fast import UNDECIDED, fast_screen
@@ -195,7 +196,7 @@ class Scanner:
         for start, negative_end, _, name, named_at in found:
             # a name inside a secret taken already is a word of that secret (`"password: [\""`
             # is one), not the start of another: a value it seems to open is none
-            if start >= done and not _within(named_at, out):
+            if start >= done and _span_at(named_at, out) is None:
                 out.append((start, -negative_end, name))
                 done = -negative_end
         return out
@@ -210,12 +211,13 @@ def _taken(rule: RedactionRule, matches: Iterable[re.Match[str]], s: str, order:
     what a name inside a secret it keeps opens)."""
     group = "secret" if "secret" in rule.regex.groupindex else 0
     opens = "open" in rule.regex.groupindex
+    names_quoted = "kq" in rule.regex.groupindex  # the rule tells a quoted name from a word
     out: list[tuple[int, int, int, str, int]] = []
     strings: list[tuple[int, int]] | None = None
     scanned = taken = -1  # where the last object scanned ends (nested names are inside it),
     for m in matches:  # ... and the last value taken
         ends = len(s)  # where what follows the name ends: the string the name is in, if any
-        if "kq" in rule.regex.groupindex and m.group("kq") is None \
+        if names_quoted and m.group("kq") is None \
                 and (m.group("quote") or (opens and m.start("open") >= 0)):
             strings = _strings_of(s) if strings is None else strings
             ends = _string_around(m.start(), strings, len(s))
@@ -261,14 +263,17 @@ def _string_around(at: int, strings: list[tuple[int, int]], n: int) -> int:
     an unquoted name in a string of JSON or a repr is a word of it, and what follows it ends
     there (`'... password: ', 'x'`: the quote closes the string; `'password: ["'`: the
     bracket opens nothing past it)."""
-    i = bisect.bisect_right(strings, at, key=lambda span: span[0]) - 1
-    return strings[i][1] - 1 if i >= 0 and strings[i][0] < at < strings[i][1] else n
+    string = _span_at(at, strings)
+    return string[1] - 1 if string and string[0] < at else n  # (not at its opening quote)
 
 
-def _within(at: int, spans: list[tuple[int, int, str]]) -> bool:
-    """Whether `at` lies inside one of `spans` (sorted, not overlapping)."""
+_Span = TypeVar("_Span", tuple[int, int], tuple[int, int, str])
+
+
+def _span_at(at: int, spans: list[_Span]) -> _Span | None:
+    """The one of `spans` (sorted by start, not overlapping) that `at` lies inside."""
     i = bisect.bisect_right(spans, at, key=lambda span: span[0]) - 1
-    return i >= 0 and spans[i][0] <= at < spans[i][1]
+    return spans[i] if i >= 0 and spans[i][0] <= at < spans[i][1] else None
 
 
 #: how far before its keyword's last word a keyword rule's match may start (`api_` of
