@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from agentreplay_core import RedactionRule, Redactor
 from agentreplay_core._redact_rules import DEFAULT_RULES, QUOTED_MAX
 from agentreplay_core._redact_scan import Scanner
+from tests.support.text_forms import json_nested, read_nested
 
 KEY = b"assignments-test-key"
 [ASSIGNMENT] = [r for r in DEFAULT_RULES if r.name == "assignment"]
@@ -161,12 +162,7 @@ def test_json_inside_json_keeps_quotes_inside_a_value_and_its_scalars() -> None:
     redactor = Redactor(key=KEY)
     for secret in ('ab"cdefgh', '00000"', 'a\\b\\"cdef', "plain-value-1"):
         for levels in (1, 2, 3):
-            text = json.dumps({"password": secret, "ok": False, "n": None}, indent=2)
-            for _ in range(levels):
-                text = json.dumps(text)
-            redacted = redactor.redact(text)
-            for _ in range(levels):
-                redacted = json.loads(redacted)
-            parsed = json.loads(redacted)
+            text = json_nested({"password": secret, "ok": False, "n": None}, levels, indent=2)
+            parsed = read_nested(redactor.redact(text), levels)
             assert parsed["password"].startswith("<secret:assignment:"), (secret, levels)
             assert parsed["ok"] is False and parsed["n"] is None

@@ -12,22 +12,9 @@ import pytest
 
 from agentreplay_core import Redactor
 from agentreplay_core._redact_rules import PLACEHOLDER
+from tests.support.text_forms import json_nested, read_nested
 
 REDACTOR = Redactor(key=b"text-structure")
-
-
-def _nested(value: Any, levels: int, indent: int | None = None) -> str:
-    """`value` as JSON text, inside JSON text `levels` times over."""
-    text = json.dumps(value, indent=indent)
-    for _ in range(levels):
-        text = json.dumps(text)
-    return text
-
-
-def _read(text: str, levels: int) -> Any:
-    for _ in range(levels):
-        text = json.loads(text)
-    return json.loads(text)
 
 
 @pytest.mark.parametrize("levels", [0, 1, 2, 3])
@@ -45,7 +32,7 @@ def test_backslashes_before_a_quote_end_the_value_where_json_does(
     # before, a run of backslashes was split where a closing quote could be read, or a
     # value too short to be one lost its first word up to a backslash, whose quote then had
     # no escape: the JSON text was broken (or, for the last, its secret kept in clear)
-    redacted = _read(REDACTOR.redact(_nested(value, levels, indent)), levels)
+    redacted = read_nested(REDACTOR.redact(json_nested(value, levels, indent)), levels)
     assert redacted.keys() == value.keys()
     assert "sk-\\\\\\\\" not in json.dumps(redacted)
     assert redacted.get("n", 0) == 0
@@ -62,7 +49,7 @@ def test_a_quote_that_ends_a_string_opens_no_value(value: dict[str, Any], levels
     # the JSON after it (`,\n  ],\n  `), and replacing it broke the text
     kept = {k: v for k, v in value.items() if k not in ("access_token", "cookie")}
     for indent in (None, 2):
-        redacted = _read(REDACTOR.redact(_nested(value, levels, indent)), levels)
+        redacted = read_nested(REDACTOR.redact(json_nested(value, levels, indent)), levels)
         assert redacted.keys() == value.keys()
         assert {k: redacted[k] for k in kept} == kept
 
@@ -73,7 +60,7 @@ def test_a_name_inside_a_secret_opens_nothing(levels: int) -> None:
     # name: its "strings" ran past the value over the JSON after it
     value = {"credentials": 'password: ["', "other": "kept", "n": 0}
     for indent in (None, 2):
-        redacted = _read(REDACTOR.redact(_nested(value, levels, indent)), levels)
+        redacted = read_nested(REDACTOR.redact(json_nested(value, levels, indent)), levels)
         assert PLACEHOLDER.fullmatch(redacted["credentials"])
         assert (redacted["other"], redacted["n"]) == ("kept", 0)
 
@@ -92,7 +79,7 @@ def test_a_quoted_value_whose_escapes_double_its_length_is_redacted_whole() -> N
     # `\"` is one character of the value: a value of them ran past the text the screen first
     # looked at, and no part of it was taken
     value = {"cookie": "Bearer sk-" + '"' * 3000, "n": 0}
-    for text in (json.dumps(value), repr(value), _nested(value, 1)):
+    for text in (json.dumps(value), repr(value), json_nested(value, 1)):
         redacted = REDACTOR.redact(text)
         assert '\\"\\"\\"' not in redacted and "\"\"\"" not in redacted, text[:40]
     assert ast.literal_eval(REDACTOR.redact(repr(value)))["n"] == 0
@@ -113,7 +100,7 @@ def test_a_secrets_name_inside_a_long_quoted_value_does_not_cut_it_short() -> No
     # only the first 256 characters after it, in which the quoted value had no end, and its
     # shorter reading (the first word) was kept in place of the whole
     value = {"cookie": "password: " + "hunter2-secret " * 100, "n": 0}
-    for text in (repr(value), json.dumps(value), _nested(value, 1)):
+    for text in (repr(value), json.dumps(value), json_nested(value, 1)):
         redacted = REDACTOR.redact(text)
         assert "hunter2" not in redacted, text[:40]
 
@@ -125,7 +112,7 @@ def test_values_that_look_like_the_start_of_json_are_still_values() -> None:
     for value in ({"password": "1" * 40 + "x"}, {"credentials": {"id": "1" * 40 + "a"}},
                   {"cookie": ': "' + "passw0rd" * 10}, {"secret": "[1, 2, " * 200 + "x"},
                   {"cookie": '\n["passw0rd-sk-'}):
-        for text in (json.dumps(value), repr(value), _nested(value, 1)):
+        for text in (json.dumps(value), repr(value), json_nested(value, 1)):
             redacted = REDACTOR.redact(text)
             assert PLACEHOLDER.search(redacted) and "111111" not in redacted, text[:40]
             assert "passw0rd" not in redacted and "[1, 2, [1" not in redacted, text[:40]
@@ -145,10 +132,10 @@ def test_a_name_inside_a_value_hides_no_object_after_it(levels: int) -> None:
     # object after it, whose own name was then skipped as inside it: its strings were kept
     value = {"api_key": "password=[", "access_token": {"inner": {"note": "hunter2-value"}}}
     for indent in (None, 2):
-        text = _nested(value, levels, indent)
+        text = json_nested(value, levels, indent)
         redacted = REDACTOR.redact(text)
         assert "hunter2" not in redacted and REDACTOR.redact(redacted) == redacted
-        assert _read(redacted, levels).keys() == value.keys()
+        assert read_nested(redacted, levels).keys() == value.keys()
 
 
 @pytest.mark.parametrize("levels", [1, 2])
@@ -157,7 +144,7 @@ def test_a_value_inside_a_string_ends_where_that_string_ends(levels: int) -> Non
     # value has no end at its level, and it ran on over the JSON after the string holding it
     value = {"note": {"k": 'password: \\"'}, "private_key": "pem-" * 1100, "n": 0}
     for indent in (None, 2):
-        redacted = _read(REDACTOR.redact(_nested(value, levels, indent)), levels)
+        redacted = read_nested(REDACTOR.redact(json_nested(value, levels, indent)), levels)
         assert (redacted["note"], redacted["n"]) == (value["note"], 0)
         assert PLACEHOLDER.fullmatch(redacted["private_key"])
 
@@ -182,11 +169,11 @@ def test_a_value_that_is_none_hides_no_object_after_it() -> None:
     value = {"secret": {"cookie": ["password: '", "x", ""]},
              "cookie": {"inner": {"password": "hunter2-one", "private_key": "pem-" * 1100}}}
     for indent in (None, 2):
-        text = _nested(value, 1, indent)
+        text = json_nested(value, 1, indent)
         redacted = REDACTOR.redact(text)
         assert "hunter2" not in redacted and "pem-pem" not in redacted
         assert REDACTOR.redact(redacted) == redacted
-        assert _read(redacted, 1).keys() == value.keys()
+        assert read_nested(redacted, 1).keys() == value.keys()
 
 
 def test_an_apostrophe_in_json_inside_json_opens_no_string_of_an_object() -> None:
@@ -195,7 +182,7 @@ def test_an_apostrophe_in_json_inside_json_opens_no_string_of_an_object() -> Non
     value = {"note": "password: {{'hunter", "access_token": "sk-passwordpassword",
              "Authorization": {"k'": 0, "": 0}}
     for indent in (None, 2):
-        redacted = _read(REDACTOR.redact(_nested(value, 1, indent)), 1)
+        redacted = read_nested(REDACTOR.redact(json_nested(value, 1, indent)), 1)
         assert redacted["note"] == value["note"]
         assert redacted["Authorization"] == value["Authorization"]
         assert PLACEHOLDER.fullmatch(redacted["access_token"])
@@ -207,7 +194,7 @@ def test_a_bracket_in_a_string_hides_no_secrets_object_after_it(levels: int) -> 
     # from its own name: the cookie's strings were kept in clear
     value = {"note": "password: [", "cookie": ["hunter2-cookie-value", "other"], "n": 0}
     for indent in (None, 2):
-        redacted = _read(REDACTOR.redact(_nested(value, levels, indent)), levels)
+        redacted = read_nested(REDACTOR.redact(json_nested(value, levels, indent)), levels)
         assert redacted["note"] == value["note"] and redacted["n"] == 0
         assert all(PLACEHOLDER.fullmatch(v) for v in redacted["cookie"])
 
@@ -218,7 +205,7 @@ def test_a_value_in_single_quotes_ends_with_the_json_string_it_is_in() -> None:
     for secret in ("p" * 5000, "hunter2 and more", "it's"):
         value = {"note": f"password='{secret}", "x": "it's kept", "n": 0}
         for indent in (None, 2):
-            redacted = _read(REDACTOR.redact(_nested(value, 1, indent)), 1)
+            redacted = read_nested(REDACTOR.redact(json_nested(value, 1, indent)), 1)
             assert (redacted["x"], redacted["n"]) == ("it's kept", 0)
             assert "hunter2" not in redacted["note"] and "ppppp" not in redacted["note"]
 

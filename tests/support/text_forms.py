@@ -47,6 +47,21 @@ def written(form: str, indent: int | None, ascii_: bool
     return repr, ast.literal_eval
 
 
+def json_nested(value: Any, levels: int, indent: int | None = None) -> str:
+    """`value` as JSON text, inside JSON text `levels` times over."""
+    text = json.dumps(value, indent=indent)
+    for _ in range(levels):
+        text = json.dumps(text)
+    return text
+
+
+def read_nested(text: str, levels: int) -> Any:
+    """What `json_nested` wrote, read back."""
+    for _ in range(levels):
+        text = json.loads(text)
+    return json.loads(text)
+
+
 def assert_text_redacted(redactor: Redactor, value: dict[str, Any], form: str,
                          indent: int | None, ascii_: bool) -> None:
     """Redacting `value` written as `form` keeps no secret, stays readable, and is stable."""
