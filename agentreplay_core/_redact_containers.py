@@ -26,8 +26,8 @@ _AFTER_STRING = re.compile(r"(?:\s|\\+[nrt])*(?:[,:\]}]|\Z)")
 _BETWEEN_STRINGS = re.compile(f"{BETWEEN_STRINGS}+")
 
 
-def string_values(text: str, at: int, escapes: int, structured: bool = False
-                  ) -> tuple[list[tuple[int, int]], int]:
+def string_values(text: str, at: int, escapes: int, structured: bool = False,
+                  apostrophes: int | None = None) -> tuple[list[tuple[int, int]], int]:
     """(start, end) of each non-empty string value in the object or array opened at `at`,
     whose quotes are preceded by `escapes` backslashes (to the end of `text` if it is not
     closed: a cut text keeps its secrets too; but a single quote that no other closes is an
@@ -35,8 +35,10 @@ def string_values(text: str, at: int, escapes: int, structured: bool = False
     strings when one is followed by what no object or array has there and is what stands
     between two strings, or `text` is JSON or a repr (`structured`, where no string in an
     object stands before a word): the bracket stood inside a string (`'note: password: {',
-    'a': 1`). (In prose, `[see "notes" below]` keeps its string.)"""
+    'a': 1`). (In prose, `[see "notes" below]` keeps its string.) `apostrophes`: the
+    backslashes before single quotes, where they differ (a repr's strings in a JSON string)."""
     found: list[tuple[int, int]] = []
+    by_quote = {'"': escapes, "'": escapes if apostrophes is None else apostrophes}
     depth = 0
     i = at
     while (m := _STRUCTURE.search(text, i)) is not None:
@@ -47,15 +49,15 @@ def string_values(text: str, at: int, escapes: int, structured: bool = False
             depth -= 1
             if depth == 0:
                 return found, i
-        elif _backslashes(text, m.start()) == escapes:
-            end = string_end(text, i, char, escapes)
+        elif backslashes_before(text, m.start()) == (escaped := by_quote[char]):
+            end = string_end(text, i, char, escaped)
             if end is None:
                 if char == "'":  # an apostrophe in prose (`[it's ...]`), no string
                     continue
                 if i < len(text) and not _BETWEEN_STRINGS.fullmatch(text, i):
                     found.append((i, len(text)))  # open to the end: the rest is the string
                 break
-            after = end + escapes + 1
+            after = end + escaped + 1
             if not _AFTER_STRING.match(text, after) and \
                     (structured or _BETWEEN_STRINGS.fullmatch(text, i, end)):
                 return [], at + 1  # the gap between two strings: the bracket was inside one
@@ -65,7 +67,7 @@ def string_values(text: str, at: int, escapes: int, structured: bool = False
     return found, len(text)  # not closed: it runs to the end
 
 
-def _backslashes(text: str, at: int) -> int:
+def backslashes_before(text: str, at: int) -> int:
     """How many backslashes come right before `at`."""
     start = at
     while start > 0 and text[start - 1] == "\\":
@@ -73,13 +75,15 @@ def _backslashes(text: str, at: int) -> int:
     return at - start
 
 
-def string_end(text: str, at: int, quote: str, escapes: int) -> int | None:
+def string_end(text: str, at: int, quote: str, escapes: int, period: int = 0
+               ) -> int | None:
     """Where the string body that starts at `at` ends (its closing quote's backslashes
-    start there), or None if it does not."""
-    period = 2 * escapes + 2  # an escaped backslash of this level, in backslashes
+    start there), or None if it does not. `period`: an escaped backslash of its level, in
+    backslashes (where its quotes are escaped at every level above, 2 * escapes + 2)."""
+    period = period or 2 * escapes + 2
     i = at
     while (end := text.find(quote, i)) >= 0:
-        run = _backslashes(text, end)
+        run = backslashes_before(text, end)
         if run >= escapes and (run - escapes) % period == 0 and end - escapes >= at:
             return end - escapes
         i = end + 1

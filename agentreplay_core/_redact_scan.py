@@ -17,7 +17,6 @@ from __future__ import annotations
 import bisect
 import re
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TypeVar
 
 from agentreplay_core._redact_containers import string_end, string_values
 from agentreplay_core._redact_fast import UNDECIDED, fast_screen
@@ -26,6 +25,7 @@ from agentreplay_core._redact_rules import (
     FieldTextRule,
     RedactionRule,
 )
+from agentreplay_core._redact_text_strings import TextStrings
 
 #: characters from commonest to rarest in prose and JSON-ish text (a rough ranking; any other
 #: character counts as rarer still)
@@ -213,21 +213,29 @@ def _taken(rule: RedactionRule, matches: Iterable[re.Match[str]], s: str, order:
     opens = "open" in rule.regex.groupindex
     names_quoted = "kq" in rule.regex.groupindex  # the rule tells a quoted name from a word
     out: list[tuple[int, int, int, str, int]] = []
-    strings: list[tuple[int, int]] | None = None
+    strings: TextStrings | None = None
     scanned = taken = -1  # where the last object scanned ends (nested names are inside it),
     for m in matches:  # ... and the last value taken
         ends = len(s)  # where what follows the name ends: the string the name is in, if any
-        if names_quoted and m.group("kq") is None \
-                and (m.group("quote") or (opens and m.start("open") >= 0)):
-            strings = _strings_of(s) if strings is None else strings
-            ends = _string_around(m.start(), strings, len(s))
-            if m.group("quote") and m.start("quote") >= ends:
-                continue  # the quote after the name closes the string the name is in
+        escapes, apostrophes = len(m.group("kq") or "") if names_quoted else 0, None
+        if names_quoted and (m.group("quote") or (opens and m.start("open") >= 0)):
+            strings = TextStrings(s) if strings is None else strings
+            inside = strings.around(m.start())
+            if inside is not None and (m.group("kq") is None or m.start("kq") != inside.closes):
+                # a name in a string (unquoted, or with a quote after it that is not the
+                # string's closing one: `"password'='x"`) is a word of it: what follows it
+                # ends there (`'... password: ', 'x'`: the quote closes the string;
+                # `'password: ["'`: the bracket opens nothing past it), and an object after
+                # it is one level down (`"password: {\"a\": \"x\"}"`)
+                ends = inside.closes
+                if m.group("quote") and m.start("quote") >= ends:
+                    continue  # the quote after the name closes the string the name is in
+                escapes, apostrophes = inside.inner_escapes('"'), inside.inner_escapes("'")
         if opens and m.start("open") >= 0:  # a secret's name before an object
             if m.start("open") < scanned:
                 continue  # its strings are the outer object's already
             values, reach = string_values(s if ends == len(s) else s[:ends],
-                                          m.start("open"), len(m.group("kq") or ""),
+                                          m.start("open"), escapes, apostrophes=apostrophes,
                                           structured=_JSON_OR_REPR.match(s) is not None)
             out += [(start, -end, order, rule.name, m.start()) for start, end in values]
             if values and m.start() >= taken:  # else it may be none (its name a word of a
@@ -242,35 +250,11 @@ def _taken(rule: RedactionRule, matches: Iterable[re.Match[str]], s: str, order:
     return out
 
 
-#: a string of JSON or of a Python repr
-_STRING = re.compile(r"'(?:[^'\\\n]|\\.)*'" r'|"(?:[^"\\\n]|\\.)*"')
-#: how JSON text or a repr starts ...
-_STRUCTURED = re.compile(r"\s*[\[{]")
-#: ... or JSON text inside JSON text
+#: how JSON text, a repr, or JSON text inside JSON text starts
 _JSON_OR_REPR = re.compile(r"\s*[\[{\"]")
 
 
-def _strings_of(s: str) -> list[tuple[int, int]]:
-    """Where the strings of `s` are, if it is JSON or a repr (its strings are then all of
-    its quotes); none in other text, whose apostrophes are no strings' quotes."""
-    if not _STRUCTURED.match(s):
-        return []
-    return [m.span() for m in _STRING.finditer(s)]
-
-
-def _string_around(at: int, strings: list[tuple[int, int]], n: int) -> int:
-    """Where the closing quote is of the string in `strings` that `at` stands in, or `n`:
-    an unquoted name in a string of JSON or a repr is a word of it, and what follows it ends
-    there (`'... password: ', 'x'`: the quote closes the string; `'password: ["'`: the
-    bracket opens nothing past it)."""
-    string = _span_at(at, strings)
-    return string[1] - 1 if string and string[0] < at else n  # (not at its opening quote)
-
-
-_Span = TypeVar("_Span", tuple[int, int], tuple[int, int, str])
-
-
-def _span_at(at: int, spans: list[_Span]) -> _Span | None:
+def _span_at(at: int, spans: list[tuple[int, int, str]]) -> tuple[int, int, str] | None:
     """The one of `spans` (sorted by start, not overlapping) that `at` lies inside."""
     i = bisect.bisect_right(spans, at, key=lambda span: span[0]) - 1
     return spans[i] if i >= 0 and spans[i][0] <= at < spans[i][1] else None

@@ -219,3 +219,38 @@ def test_a_value_after_escaped_quotes_in_a_reprs_string_ends_with_it() -> None:
     command = {"cmd": 'curl -d password=\\"hunter2\\"', "k": "kept"}
     redacted = ast.literal_eval(REDACTOR.redact(repr(command)))
     assert "hunter2" not in redacted["cmd"] and redacted["k"] == "kept"
+
+
+@pytest.mark.parametrize("secret", ["{{{hunter2", "p" * 5000, "hunter2 it is"])
+def test_a_quote_after_a_name_inside_a_reprs_string_is_no_name_of_its_own(secret: str) -> None:
+    # `"password'='..."`: the apostrophe after the name was read as the closing quote of a
+    # quoted name, and the value it opened ran past its string to the next apostrophe (in
+    # a later string, or past 4 KiB the text's end), breaking the repr
+    for quotes in ("'='", "':'", "' = '"):
+        value = {"note": f"password{quotes}{secret}", "other": "x'y", "n": 0}
+        redacted = ast.literal_eval(REDACTOR.redact(repr(value)))
+        assert (redacted["other"], redacted["n"]) == ("x'y", 0)
+        assert redacted["note"].startswith(f"password{quotes}")
+        assert "hunter2" not in redacted["note"] and "ppppp" not in redacted["note"]
+
+
+@pytest.mark.parametrize("levels", [0, 1, 2])
+def test_an_object_after_a_name_in_a_json_string_is_one_level_down(levels: int) -> None:
+    # its quotes are escaped once more than the string's: before, they were looked for with
+    # the name's own (none), and the object's strings were kept in clear in JSON text, while
+    # the same string alone lost them
+    note = 'password: {"user": "ann", "pass": "hunter2-xyz"}, "access_token": ["hunter3-abc"]'
+    for value in ({"note": note, "n": 0}, note, [note, "it's"]):
+        for indent in (None, 2):
+            redacted = REDACTOR.redact(json_nested(value, levels, indent))
+            assert "hunter" not in redacted and "ann" not in redacted
+            assert read_nested(redacted, levels) == \
+                read_nested(json_nested(REDACTOR.redact(value), levels, indent), levels)
+
+
+def test_an_apostrophe_after_a_name_in_json_inside_json_opens_no_string() -> None:
+    # `password:[{` in a string of JSON inside JSON, then an apostrophe in a later string:
+    # read as the opening quote of a repr's string, it ran over the JSON to the next one
+    value = {"a": [["password:[{"], {"b": "'"}], "y": [["'}"]], "n": 0}
+    for indent in (None, 2):
+        assert read_nested(REDACTOR.redact(json_nested(value, 1, indent)), 1) == value

@@ -81,3 +81,16 @@ def assert_text_redacted(redactor: Redactor, value: dict[str, Any], form: str,
         if secret and len(s) >= 6 and any(c.isalpha() for c in s) and \
                 not any(s in other for other in elsewhere):
             assert not any(s in k for k in kept), s
+    # what a secret's name takes from a string on its own, it takes from it in the text too
+    # (an object after a name in a string of JSON is one level down: its quotes are escaped
+    # once more); an escape before a token's prefix changes what the pattern rules see, so
+    # only the names' rule counts, and only in strings that no escape but a quote's changes
+    alone = [PLACEHOLDER.sub("\x00", redactor.redact(s)) for s, _ in found]
+    for s, _ in found:
+        if not s.isprintable() or (ascii_ and not s.isascii()):
+            continue
+        for start, end, rule in redactor._find(s):
+            taken = _SCHEME.sub("", s[start:end])
+            if rule == "assignment" and len(taken) >= 6 and any(c.isalpha() for c in taken) \
+                    and not any(taken in other for other in alone):
+                assert not any(taken in k for k in kept), (s, taken)

@@ -1,0 +1,131 @@
+"""Where the strings of JSON text or a repr are, at every level.
+
+A secret's name inside a string is a word of that string: what follows it ends where the
+string ends, and an object or array after it is one level down (`_redact_scan`). A string
+may hold JSON text itself (a tool's result holding the JSON another returned), whose strings
+are written with their quotes escaped once more (`\\"`, then `\\\\\\"`), or a repr's, whose
+strings take the other quote unescaped. So the strings are found level by level: those of
+the text (if it is JSON or a repr, or one JSON string holding JSON), then those inside each
+string that holds an object or array, down to `_MAX_LEVELS`. Other text (prose, a log line)
+has none: its quotes may be apostrophes.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from typing import NamedTuple
+
+from agentreplay_core._redact_containers import backslashes_before, string_end
+
+#: a string of JSON or of a Python repr, in text whose quotes are not escaped
+_STRING = re.compile(r"'(?:[^'\\\n]|\\.)*'" r'|"(?:[^"\\\n]|\\.)*"')
+#: how JSON text or a repr starts ...
+_STRUCTURED = re.compile(r"\s*[\[{]")
+#: ... or JSON text that is one string
+_ONE_STRING = re.compile(r"\s*\"")
+#: how a string body holding an object or array starts (line breaks may be escaped), or
+#: one JSON string holding more
+_HOLDS_OBJECT = re.compile(r"(?:\s|\\+[nrt])*(?:[\[{]|\\+\")")
+_QUOTES = re.compile(r"[\"']")
+_MAX_LEVELS = 4
+
+
+class TextString(NamedTuple):
+    """A string in text: from its opening quote's first backslash (`start`) to after its
+    closing quote (`end`); `closes` is where that quote's backslashes start (the body's end,
+    or the text's end when the string is not closed). `escapes`: the backslashes before its
+    quotes; `factor`: how many backslashes of the text each backslash written in the string
+    around it is (1 in the text itself; each level doubles it)."""
+
+    start: int
+    end: int
+    closes: int
+    quote: str
+    escapes: int
+    factor: int = 1
+
+    @property
+    def body(self) -> int:
+        return self.start + self.escapes + 1
+
+    def inner_escapes(self, quote: str) -> int:
+        """How many backslashes stand before the quotes `quote` of strings inside this one:
+        its own kind's are escaped once more (`\\"`, `\\\\\\"`), the other kind's not at
+        all (JSON escapes no `'`, a repr's `'` string no `"`)."""
+        return self.factor + self.escapes if quote == self.quote else 0
+
+
+class TextStrings:
+    """The strings of a text: those of the text itself found at once (their spans only), the
+    ones inside a string only when a position in it is asked about."""
+
+    def __init__(self, text: str) -> None:
+        self._text = text
+        self._spans = _outermost(text)
+        self._inner: dict[int, list[TextString]] = {}
+
+    def outermost(self) -> list[TextString]:
+        return [self._string(span) for span in self._spans]
+
+    def around(self, at: int) -> TextString | None:
+        """The innermost string whose body `at` lies in."""
+        i = bisect.bisect_right(self._spans, (at, len(self._text) + 1)) - 1
+        if i < 0 or not self._spans[i][0] < at < self._spans[i][1]:
+            return None
+        string = self._string(self._spans[i])
+        for _ in range(_MAX_LEVELS - 1):
+            inner = self.inside(string)
+            j = bisect.bisect_right(inner, at, key=lambda s: s.start) - 1
+            if j < 0 or not inner[j].body <= at < inner[j].end:
+                break
+            string = inner[j]
+        return string
+
+    def inside(self, outer: TextString) -> list[TextString]:
+        """The strings in `outer`'s body, if it holds an object or array."""
+        found = self._inner.get(outer.start)
+        if found is None:
+            found = self._inner[outer.start] = _inside(self._text, outer) \
+                if _HOLDS_OBJECT.match(self._text, outer.body, outer.closes) else []
+        return found
+
+    def _string(self, span: tuple[int, int]) -> TextString:
+        start, end = span
+        closed = end - start >= 2 and self._text[end - 1] == self._text[start]
+        return TextString(start, end, end - 1 if closed else end, self._text[start], 0)
+
+
+def _outermost(text: str) -> list[tuple[int, int]]:
+    if _STRUCTURED.match(text):
+        return [m.span() for m in _STRING.finditer(text)]
+    one = _ONE_STRING.match(text)
+    if one is None:
+        return []
+    closes = string_end(text, one.end(), '"', 0)
+    return [(one.end() - 1, len(text) if closes is None else closes + 1)]
+
+
+def _inside(text: str, outer: TextString) -> list[TextString]:
+    """The strings in `outer`'s body, in order: a quote with its kind's backslashes before
+    it (no more: a quote with more is inside a string one level further down) opens one,
+    which ends at its closing quote; one not closed inside `outer` is none (an apostrophe)."""
+    found = []
+    body_end = outer.closes
+    at = outer.body
+    while (m := _QUOTES.search(text, at, body_end)) is not None:
+        quote, escapes = m.group(), outer.inner_escapes(m.group())
+        run = backslashes_before(text, m.start())
+        at = m.end()
+        if run != escapes:
+            continue
+        # an escaped backslash before a quote inside is two of this string's backslashes
+        closes = string_end(text, m.end(), quote, escapes, period=4 * outer.factor)
+        if closes is None or closes >= body_end:
+            continue
+        end = closes + escapes + 1
+        found.append(TextString(m.start() - escapes, end, closes, quote, escapes,
+                                2 * outer.factor))
+        at = end
+    return found
+
