@@ -25,7 +25,9 @@ _STRINGS = st.one_of(
     st.sampled_from(["s3cr3t-v4lue", "a b c d e f g", "a<b>cdefg", "it's mine ok",
                      "line\nbreak-value", "ünïcödé-välüé", "x" * 300, "Bearer abcdefghij123",
                      "y " * 2000, "z " * 2500, "[not a list] really", "{not: obj} text",
-                     "back\\slash-val", 'ab"cdefgh', '00000"']),
+                     "back\\slash-val", 'ab"cdefgh', '00000"',
+                     'password: {"user": "ann", "pass": "hunter2-xyz"}',
+                     "password'='x{{{hunter2", "note: [password: 'it"]),
     st.text(st.characters(blacklist_categories=["Cs"]), min_size=6, max_size=30))
 _LEAVES = st.one_of(_STRINGS, st.integers(), st.floats(allow_nan=False, allow_infinity=False),
                     st.booleans(), st.none())

@@ -34,7 +34,7 @@ REDACTOR = Redactor(key=b"fuzz-redaction-text")
 _NAMES = (*SECRET_NAMES, "note", "x")
 #: pieces of text the rules care about, so that short inputs reach them
 _PIECES = ("password", ": ", "=", '"', "'", "\\", "\\\"", "<", ">", "Bearer ", "Basic ",
-           "{", "[", "\n", " ", "sk-", "secret")
+           "{", "[", "\n", " ", "sk-", "secret", '{"', '": "', "'='")
 
 
 def _text(fdp: Any, budget: int) -> str:
