@@ -15,6 +15,7 @@ more before it is a character of a string one level down.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 from agentreplay_core._redact_rules import BETWEEN_STRINGS
 
@@ -27,7 +28,8 @@ _BETWEEN_STRINGS = re.compile(f"{BETWEEN_STRINGS}+")
 
 
 def string_values(text: str, at: int, escapes: int, structured: bool = False,
-                  apostrophes: int | None = None) -> tuple[list[tuple[int, int]], int]:
+                  quotes: Mapping[str, tuple[int, int]] | None = None
+                  ) -> tuple[list[tuple[int, int]], int]:
     """(start, end) of each non-empty string value in the object or array opened at `at`,
     whose quotes are preceded by `escapes` backslashes (to the end of `text` if it is not
     closed: a cut text keeps its secrets too; but a single quote that no other closes is an
@@ -35,10 +37,11 @@ def string_values(text: str, at: int, escapes: int, structured: bool = False,
     strings when one is followed by what no object or array has there and is what stands
     between two strings, or `text` is JSON or a repr (`structured`, where no string in an
     object stands before a word): the bracket stood inside a string (`'note: password: {',
-    'a': 1`). (In prose, `[see "notes" below]` keeps its string.) `apostrophes`: the
-    backslashes before single quotes, where they differ (a repr's strings in a JSON string)."""
+    'a': 1`). (In prose, `[see "notes" below]` keeps its string.) `quotes`: the backslashes
+    before each kind of quote, and the period of those before its closing one, where they
+    differ (an object in a string: `TextString.inner_quotes`)."""
     found: list[tuple[int, int]] = []
-    by_quote = {'"': escapes, "'": escapes if apostrophes is None else apostrophes}
+    by_quote = quotes or dict.fromkeys("\"'", (escapes, 2 * escapes + 2))
     depth = 0
     i = at
     while (m := _STRUCTURE.search(text, i)) is not None:
@@ -49,8 +52,8 @@ def string_values(text: str, at: int, escapes: int, structured: bool = False,
             depth -= 1
             if depth == 0:
                 return found, i
-        elif backslashes_before(text, m.start()) == (escaped := by_quote[char]):
-            end = string_end(text, i, char, escaped)
+        elif backslashes_before(text, m.start()) == (escaped := by_quote[char][0]):
+            end = string_end(text, i, char, escaped, by_quote[char][1])
             if end is None:
                 if char == "'":  # an apostrophe in prose (`[it's ...]`), no string
                     continue

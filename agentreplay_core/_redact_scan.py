@@ -217,7 +217,7 @@ def _taken(rule: RedactionRule, matches: Iterable[re.Match[str]], s: str, order:
     scanned = taken = -1  # where the last object scanned ends (nested names are inside it),
     for m in matches:  # ... and the last value taken
         ends = len(s)  # where what follows the name ends: the string the name is in, if any
-        escapes, apostrophes = len(m.group("kq") or "") if names_quoted else 0, None
+        quotes = None  # how an object's quotes are escaped, if not as the name's are
         if names_quoted and (m.group("quote") or (opens and m.start("open") >= 0)):
             strings = TextStrings(s) if strings is None else strings
             inside = strings.around(m.start())
@@ -230,12 +230,13 @@ def _taken(rule: RedactionRule, matches: Iterable[re.Match[str]], s: str, order:
                 ends = inside.closes
                 if m.group("quote") and m.start("quote") >= ends:
                     continue  # the quote after the name closes the string the name is in
-                escapes, apostrophes = inside.inner_escapes('"'), inside.inner_escapes("'")
+                quotes = inside.inner_quotes()
         if opens and m.start("open") >= 0:  # a secret's name before an object
             if m.start("open") < scanned:
                 continue  # its strings are the outer object's already
             values, reach = string_values(s if ends == len(s) else s[:ends],
-                                          m.start("open"), escapes, apostrophes=apostrophes,
+                                          m.start("open"), len(m.group("kq") or ""),
+                                          quotes=quotes,
                                           structured=_JSON_OR_REPR.match(s) is not None)
             out += [(start, -end, order, rule.name, m.start()) for start, end in values]
             if values and m.start() >= taken:  # else it may be none (its name a word of a

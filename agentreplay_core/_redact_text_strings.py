@@ -55,6 +55,17 @@ class TextString(NamedTuple):
         all (JSON escapes no `'`, a repr's `'` string no `"`)."""
         return self.factor + self.escapes if quote == self.quote else 0
 
+    @property
+    def inner_period(self) -> int:
+        """The backslashes of an escaped backslash before a closing quote inside this one:
+        two of this string's."""
+        return 4 * self.factor
+
+    def inner_quotes(self) -> dict[str, tuple[int, int]]:
+        """Each kind of quote of strings inside this one: its backslashes, and their period
+        before a closing one (`string_values`)."""
+        return {q: (self.inner_escapes(q), self.inner_period) for q in "\"'"}
+
 
 class TextStrings:
     """The strings of a text: those of the text itself found at once (their spans only), the
@@ -119,8 +130,7 @@ def _inside(text: str, outer: TextString) -> list[TextString]:
         at = m.end()
         if run != escapes:
             continue
-        # an escaped backslash before a quote inside is two of this string's backslashes
-        closes = string_end(text, m.end(), quote, escapes, period=4 * outer.factor)
+        closes = string_end(text, m.end(), quote, escapes, outer.inner_period)
         if closes is None or closes >= body_end:
             continue
         end = closes + escapes + 1

@@ -254,3 +254,15 @@ def test_an_apostrophe_after_a_name_in_json_inside_json_opens_no_string() -> Non
     value = {"a": [["password:[{"], {"b": "'"}], "y": [["'}"]], "n": 0}
     for indent in (None, 2):
         assert read_nested(REDACTOR.redact(json_nested(value, 1, indent)), 1) == value
+
+
+def test_an_object_in_a_reprs_string_reads_its_escapes_as_the_repr_writes_them() -> None:
+    # a repr writes the object's `\"` as `\\"`: before, that read as the closing quote of
+    # the object's string, whose rest then stood where no object has anything, and the
+    # object was dropped with its secret
+    note = 'password: {"pass": "hun\\"ter2-xyz", "user": "it\'s"}'
+    redacted = REDACTOR.redact(repr({"note": note, "n": 0}))
+    assert "ter2-xyz" not in redacted
+    # (each secret is hashed as written: the repr's escapes give other placeholders)
+    assert PLACEHOLDER.sub("", ast.literal_eval(redacted)["note"]) == \
+        PLACEHOLDER.sub("", REDACTOR.redact(note)) == 'password: {"pass": "", "user": ""}'
