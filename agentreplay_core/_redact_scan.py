@@ -129,7 +129,7 @@ class Scanner:
                 found.append(rule)
             else:
                 if backwards is None:
-                    backwards = text.lower()[::-1]
+                    backwards = _caseless(text)[::-1]
                 if any(sep in text and _matches(screen, backwards, seen)
                        for sep, screen in keyword_screens):
                     found.append(rule)
@@ -272,9 +272,9 @@ def _seeded(regex: re.Pattern[str], screens: tuple[tuple[str, re.Pattern[str]], 
             s: str) -> list[re.Match[str]]:
     """The matches of a keyword rule, searched for only where its keyword screens matched
     (a case-insensitive regex of alternatives run over all of `s` would cost far more)."""
-    backwards = s.lower()[::-1]
-    if len(backwards) != len(s):  # lower-casing changed lengths (rare scripts): search all
-        return list(regex.finditer(s))
+    backwards = _caseless(s)[::-1]
+    if len(backwards) != len(s):  # lower-casing changed lengths: search all, each match
+        return list(_overlapping(regex, s))  # (another's value may hold a name)
     n = len(s)
     group = "secret" if "secret" in regex.groupindex else 0
     found: dict[int, re.Match[str]] = {}
@@ -288,6 +288,21 @@ def _seeded(regex: re.Pattern[str], screens: tuple[tuple[str, re.Pattern[str]], 
                 if m.start() not in found or m.end() > found[m.start()].end():
                     found[m.start()] = m
     return [found[k] for k in sorted(found)]
+
+
+def _caseless(text: str) -> str:
+    """`text` lower-cased as `re` compares caselessly, a character for a character:
+    `str.lower` makes two of U+0130 (`İ`), which `re` takes for `i`."""
+    lowered = text.lower()
+    return lowered if len(lowered) == len(text) else text.replace("\u0130", "i").lower()
+
+
+def _overlapping(regex: re.Pattern[str], s: str) -> Iterator[re.Match[str]]:
+    """The matches of `regex` starting at each position, not only after the last one."""
+    at = 0
+    while (m := regex.search(s, at)) is not None:
+        yield m
+        at = m.start() + 1
 
 
 def _around(regex: re.Pattern[str], s: str, word_start: int, after_separator: int,
@@ -336,16 +351,15 @@ def _quoted_past(s: str, after_separator: int, window: int) -> bool:
 
 def _named_matches(rule: FieldTextRule, s: str) -> Iterator[re.Match[str]]:
     """The matches of a field regex's text rule whose name the field regex finds something
-    in. Another name's value is searched too (`"note": "acme-ref=..."`), so the search goes
-    on after a name refused, not after its value."""
+    in. Another name's value is searched too (`"note": "acme-ref=..."`; a value that turns
+    out to be none, `'acme-ref=\''` closing its string, may seem to hold the next name), so
+    the search goes on after each name, not after its value."""
     assert rule.names is not None
     at = 0
     while (m := rule.regex.search(s, at)) is not None:
         if rule.names.search(m.group("fname")):
             yield m
-            at = m.end()
-        else:
-            at = m.end("fname")
+        at = m.end("fname")
 
 
 def _named(rule: FieldTextRule, text: str) -> bool:

@@ -118,3 +118,13 @@ def test_a_recorded_step_holds_no_such_field_in_clear(stores: Any) -> None:
     assert output["acme-user-ref"] == placeholder("u-0042-xyz") and output["n"] == 5
     assert json.loads(output["config"]) == {"acme-team-ref": placeholder("team-secret-99")}
     assert second.output == f"Acme-Order-Ref: {placeholder('ord-0000-aaaa')}\nAccept: */*"
+
+
+def test_a_value_that_is_none_hides_no_name_after_it() -> None:
+    # `acme-order-ref='` closing its string seemed to open a value running over the next
+    # name to an apostrophe in its value; the search went on after that "value", and the
+    # next name's object was kept in clear
+    value = {"note": ["acme-order-ref='"], "acme-x-ref": {"": ["it's-ord-7f3a"]}}
+    redacted = json.loads(redactor().redact(json.dumps(value)))
+    assert redacted == {"note": ["acme-order-ref='"],
+                        "acme-x-ref": {"": [placeholder("it's-ord-7f3a")]}}

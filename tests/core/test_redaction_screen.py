@@ -69,6 +69,7 @@ def test_the_fast_screen_finds_what_the_python_screen_finds(text: str) -> None:
     "password\x1c= hunter2hunter2",       # a separator character Python counts as space
     "\u212aEY = hunter2hunter2",          # the Kelvin sign lower-cases to k: "key = "
     "x \u212aey: hunter2hunter2 t\u0130",  # ... with İ, whose lower case is longer
+    "ap\u0130_key = hunter2hunter2",      # İ, which `re` takes for i when caseless
     "passwört: hunter2hunter2",           # a user keyword that is not ASCII
     'the "Api_Key" : "hunter2hunter2"',
 ])

@@ -266,3 +266,14 @@ def test_an_object_in_a_reprs_string_reads_its_escapes_as_the_repr_writes_them()
     # (each secret is hashed as written: the repr's escapes give other placeholders)
     assert PLACEHOLDER.sub("", ast.literal_eval(redacted)["note"]) == \
         PLACEHOLDER.sub("", REDACTOR.redact(note)) == 'password: {"pass": "", "user": ""}'
+
+
+@pytest.mark.parametrize("key", ["n", "\u0130"])
+def test_a_value_that_is_none_hides_no_name_after_it(key: str) -> None:
+    # `password='` closing its string seemed to open a value running to the next
+    # apostrophe, over the cookie's name; dropped, it hid that name where the text is
+    # searched whole (lower-casing İ makes two characters), and the cookie was kept
+    value = {key: 0, "note": ["password='"], "cookie": ["hunter'2x"]}
+    redacted = json.loads(REDACTOR.redact(json.dumps(value, ensure_ascii=False)))
+    assert (redacted[key], redacted["note"]) == (0, ["password='"])
+    assert PLACEHOLDER.fullmatch(redacted["cookie"][0])
