@@ -214,11 +214,16 @@ def _taken(rule: RedactionRule, matches: Iterable[re.Match[str]], s: str, order:
     names_quoted = "kq" in rule.regex.groupindex  # the rule tells a quoted name from a word
     out: list[tuple[int, int, int, str, int]] = []
     strings: TextStrings | None = None
+    # without apostrophes every unescaped `"` of JSON or a repr ends or starts a string, so
+    # a name with one after it is a string's whole (whichever string the name is in ends
+    # there): no strings need finding
+    apostrophes = "'" in s
     scanned = taken = -1  # where the last object scanned ends (nested names are inside it),
     for m in matches:  # ... and the last value taken
         ends = len(s)  # where what follows the name ends: the string the name is in, if any
         quotes = None  # how an object's quotes are escaped, if not as the name's are
-        if names_quoted and (m.group("quote") or (opens and m.start("open") >= 0)):
+        if names_quoted and (m.group("quote") or (opens and m.start("open") >= 0)) and \
+                (apostrophes or m.group("kq") != "" or s[m.end("kq")] != '"'):
             strings = TextStrings(s) if strings is None else strings
             inside = strings.around(m.start())
             if inside is not None and (m.group("kq") is None or m.start("kq") != inside.closes):
