@@ -85,9 +85,12 @@ def assert_text_redacted(redactor: Redactor, value: dict[str, Any], form: str,
     # (an object after a name in a string of JSON is one level down: its quotes are escaped
     # once more); an escape before a token's prefix changes what the pattern rules see, so
     # only the names' rule counts, and only in strings that no escape but a quote's changes
-    alone = [PLACEHOLDER.sub("\x00", redactor.redact(s)) for s, _ in found]
+    def plain(s: str) -> bool:
+        return s.isprintable() and (s.isascii() or not ascii_)
+    # (a string that is not plain may keep anything, as written in the text)
+    alone = [PLACEHOLDER.sub("\x00", redactor.redact(s)) if plain(s) else s for s, _ in found]
     for s, _ in found:
-        if not s.isprintable() or (ascii_ and not s.isascii()):
+        if not plain(s):
             continue
         for start, end, rule in redactor._find(s):
             taken = _SCHEME.sub("", s[start:end])
