@@ -186,9 +186,10 @@ def _in_escaped(n: int) -> str:
             rf"(?=(?P<run{n}>\\+))(?P=run{n})(?P=quote)?)")
 
 
-#: a character of a quoted value whose quotes are not escaped, or an escape (but `\"` ends a
-#: value in single quotes: in JSON inside JSON it closes the string the value is in)
-_IN_QUOTES = r"""(?:\\(?!(?!(?P=quote))["']).|(?!(?P=quote))[^\n\\])"""
+#: a character of a quoted value whose quotes are not escaped, or an escape (a value in
+#: single quotes inside a string of JSON inside JSON ends with that string, whose closing
+#: `\"` it may hold: `_redact_scan` cuts it there)
+_IN_QUOTES = r"""(?:\\.|(?!(?P=quote))[^\n\\])"""
 #: what stands between two strings in JSON or a repr but commas: structure, spaces, line
 #: breaks (escaped in JSON inside JSON), numbers (whole: `(?![\d.])` keeps a run of digits
 #: from being split in exponentially many ways when what follows does not match) and the

@@ -94,11 +94,14 @@ class TextStrings:
         return string
 
     def inside(self, outer: TextString) -> list[TextString]:
-        """The strings in `outer`'s body, if it holds an object or array."""
+        """The strings in `outer`'s body: those in quotes of its own kind, escaped once more
+        (JSON text, or a quotation in prose: `\"` always is a quote there), and if it holds
+        an object or array, those in the other quotes (in prose, apostrophes)."""
         found = self._inner.get(outer.start)
         if found is None:
-            found = self._inner[outer.start] = _inside(self._text, outer) \
-                if _HOLDS_OBJECT.match(self._text, outer.body, outer.closes) else []
+            found = self._inner[outer.start] = _inside(
+                self._text, outer, _HOLDS_OBJECT.match(self._text, outer.body, outer.closes)
+                is not None)
         return found
 
     def _string(self, span: tuple[int, int]) -> TextString:
@@ -117,10 +120,11 @@ def _outermost(text: str) -> list[tuple[int, int]]:
     return [(one.end() - 1, len(text) if closes is None else closes + 1)]
 
 
-def _inside(text: str, outer: TextString) -> list[TextString]:
+def _inside(text: str, outer: TextString, both_kinds: bool) -> list[TextString]:
     """The strings in `outer`'s body, in order: a quote with its kind's backslashes before
     it (no more: a quote with more is inside a string one level further down) opens one,
-    which ends at its closing quote; one not closed inside `outer` is none (an apostrophe)."""
+    which ends at its closing quote; one not closed inside `outer` is none (an apostrophe).
+    Quotes of the other kind than `outer`'s count only if `both_kinds`."""
     found = []
     body_end = outer.closes
     at = outer.body
@@ -128,7 +132,7 @@ def _inside(text: str, outer: TextString) -> list[TextString]:
         quote, escapes = m.group(), outer.inner_escapes(m.group())
         run = backslashes_before(text, m.start())
         at = m.end()
-        if run != escapes:
+        if run != escapes or not (both_kinds or quote == outer.quote):
             continue
         closes = string_end(text, m.end(), quote, escapes, outer.inner_period)
         if closes is None or closes >= body_end:

@@ -277,3 +277,26 @@ def test_a_value_that_is_none_hides_no_name_after_it(key: str) -> None:
     redacted = json.loads(REDACTOR.redact(json.dumps(value, ensure_ascii=False)))
     assert (redacted[key], redacted["note"]) == (0, ["password='"])
     assert PLACEHOLDER.fullmatch(redacted["cookie"][0])
+
+
+@pytest.mark.parametrize("levels", [0, 1, 2])
+def test_a_value_in_single_quotes_may_hold_a_double_quote(levels: int) -> None:
+    # in JSON text a `\"` ended a value in single quotes (it may close the string of JSON
+    # inside JSON the value is in), so `password='pa"ss word'` was no value, and kept
+    for secret in ('pa"ss word', '"sword', 'x\\"y z"'):
+        note = f"set password='{secret}' now"
+        redacted = read_nested(REDACTOR.redact(json_nested({"note": note}, levels)), levels)
+        # (hashed as written: its escapes give another placeholder)
+        assert PLACEHOLDER.sub("", redacted["note"]) == "set password='' now"
+
+
+@pytest.mark.parametrize("levels", [0, 1])
+def test_json_after_prose_in_a_string_keeps_its_strings_apart(levels: int) -> None:
+    # the strings of JSON text after prose in a string (`"Result: {\"note\": ...}"`) are
+    # found too: a value in single quotes in one of them ends with it, not at the next
+    # apostrophe, in another
+    inner = json.dumps({"note": "password='abcdefg", "x": "y'z", "n": 0})
+    redacted = read_nested(REDACTOR.redact(json_nested({"r": f"Result: {inner}"}, levels)),
+                           levels)
+    parsed = json.loads(redacted["r"].removeprefix("Result: "))
+    assert (parsed["x"], parsed["n"]) == ("y'z", 0) and "abcdefg" not in parsed["note"]
