@@ -221,7 +221,8 @@ def _taken(rule: RedactionRule, matches: Iterable[re.Match[str]], s: str, order:
     scanned = taken = -1  # where the last object scanned ends (nested names are inside it),
     for m in matches:  # ... and the last value taken
         ends = len(s)  # where what follows the name ends: the string the name is in, if any
-        quotes = None  # how an object's quotes are escaped, if not as the name's are
+        quotes = None  # how an object's quotes are escaped, if not as the name's are (in
+        # a string: what it holds is no structure of the text's)
         if names_quoted and (m.group("quote") or (opens and m.start("open") >= 0)) and \
                 (apostrophes or m.group("kq") != "" or s[m.end("kq")] != '"'):
             strings = TextStrings(s) if strings is None else strings
@@ -241,8 +242,8 @@ def _taken(rule: RedactionRule, matches: Iterable[re.Match[str]], s: str, order:
                 continue  # its strings are the outer object's already
             values, reach = string_values(s if ends == len(s) else s[:ends],
                                           m.start("open"), len(m.group("kq") or ""),
-                                          quotes=quotes,
-                                          structured=_JSON_OR_REPR.match(s) is not None)
+                                          quotes=quotes, structured=quotes is None
+                                          and _JSON_OR_REPR.match(s) is not None)
             out += [(start, -end, order, rule.name, m.start()) for start, end in values]
             if values and m.start() >= taken:  # else it may be none (its name a word of a
                 scanned = reach  # value or of a string), and must hide no object after it

@@ -24,9 +24,8 @@ _STRING = re.compile(r"'(?:[^'\\\n]|\\.)*'" r'|"(?:[^"\\\n]|\\.)*"')
 _STRUCTURED = re.compile(r"\s*[\[{]")
 #: ... or JSON text that is one string
 _ONE_STRING = re.compile(r"\s*\"")
-#: how a string body holding an object or array starts (line breaks may be escaped), or
-#: one JSON string holding more
-_HOLDS_OBJECT = re.compile(r"(?:\s|\\+[nrt])*(?:[\[{]|\\+\")")
+#: how a string body holding an object or array starts (line breaks may be escaped)
+_HOLDS_OBJECT = re.compile(r"(?:\s|\\+[nrt])*[\[{]")
 _QUOTES = re.compile(r"[\"']")
 _MAX_LEVELS = 4
 

@@ -300,3 +300,25 @@ def test_json_after_prose_in_a_string_keeps_its_strings_apart(levels: int) -> No
                            levels)
     parsed = json.loads(redacted["r"].removeprefix("Result: "))
     assert (parsed["x"], parsed["n"]) == ("y'z", 0) and "abcdefg" not in parsed["note"]
+
+
+def test_a_string_that_starts_with_a_quote_holds_no_apostrophes_strings() -> None:
+    # in JSON inside JSON a string starting `\\\"` was read as holding JSON, so its
+    # apostrophes were strings' quotes: `'secret'` read as a quoted name, whose value ran
+    # over the JSON after it to the next apostrophe
+    value = {"a": "\"'''secret'='", "y": {"b": {"c": "'"}}, "n": 0}
+    for indent in (None, 2):
+        assert read_nested(REDACTOR.redact(json_nested(value, 1, indent)), 1) == value
+
+
+@pytest.mark.parametrize("levels", [0, 1, 2])
+def test_an_object_in_a_string_is_read_as_that_string_alone_is(levels: int) -> None:
+    # an object after a name in a string is what the string holds, not the text's structure:
+    # a string of it followed by another (`{"" "hunter2...`) made it none in JSON text, while
+    # the string alone lost its secret
+    note = 'password: {"" "hunter2-xyz'
+    for indent in (None, 2):
+        redacted = read_nested(REDACTOR.redact(json_nested({"n": [note]}, levels, indent)),
+                               levels)
+        assert PLACEHOLDER.sub("", redacted["n"][0]) == PLACEHOLDER.sub("", REDACTOR.redact(note))
+        assert "hunter2" not in redacted["n"][0]
