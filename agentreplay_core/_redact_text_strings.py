@@ -4,10 +4,11 @@ A secret's name inside a string is a word of that string: what follows it ends w
 string ends, and an object or array after it is one level down (`_redact_scan`). A string
 may hold JSON text itself (a tool's result holding the JSON another returned), whose strings
 are written with their quotes escaped once more (`\\"`, then `\\\\\\"`), or a repr's, whose
-strings take the other quote unescaped. So the strings are found level by level: those of
-the text (if it is JSON or a repr, or one JSON string holding JSON), then those inside each
-string that holds an object or array, down to `_MAX_LEVELS`. Other text (prose, a log line)
-has none: its quotes may be apostrophes.
+strings take the other quote unescaped. So the strings are found level by level, down to
+`_MAX_LEVELS`: those of the text (if it is JSON or a repr, or one JSON string), then inside a
+string those in its own kind of quote, escaped once more (JSON, or a quotation in prose), and
+if it holds an object or array, those in the other kind too. Other text (prose, a log line)
+has none: its quotes may be apostrophes, as they are in a string of prose.
 """
 
 from __future__ import annotations
