@@ -197,12 +197,14 @@ _IN_QUOTES = r"""(?:\\.|(?!(?P=quote))[^\n\\])"""
 _BESIDES_COMMAS = (r"(?:[\s:\[\]{}]|\\+[nrt]|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?(?![\d.])"
                    r"|true|false|null|True|False|None)")
 BETWEEN_STRINGS = rf"(?:{_BESIDES_COMMAS}|,)"
-#: a quote is no value's opening one when only that comes before the next quote of its kind,
-#: or before one of the other kind after a comma (a repr's strings take both quotes): it
-#: closes a string that ends `secret= `
+#: a quote after an unquoted name is no value's opening one when only that comes before the
+#: next quote of its kind, or before one of the other kind after a comma (a repr's strings
+#: take both quotes): it closes a string that ends `secret= `. (After a quoted name it opens
+#: the next string, whatever that holds: where the name is inside a string, `_redact_scan`
+#: finds the quote closing it)
 _OPENS_A_VALUE = (rf"(?!{BETWEEN_STRINGS}*(?(esc)(?P=esc))(?P=quote)"
                   rf"|{_BESIDES_COMMAS}*,{BETWEEN_STRINGS}*(?(esc)(?P=esc))[\"'])")
-_QUOTED = (rf"""{_OPENS_A_VALUE}"""
+_QUOTED = (rf"""(?(kq)|{_OPENS_A_VALUE})"""
            rf"""(?(esc)(?:{_in_escaped(1)}{{6,{QUOTED_MAX}}}(?=(?P=esc)(?P=quote))"""
            rf"""|{_in_escaped(2)}{{{QUOTED_MAX + 1},}})"""
            rf"""|(?:{_IN_QUOTES}{{6,{QUOTED_MAX}}}(?=(?P=quote))"""

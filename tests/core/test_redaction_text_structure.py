@@ -322,3 +322,15 @@ def test_an_object_in_a_string_is_read_as_that_string_alone_is(levels: int) -> N
                                levels)
         assert PLACEHOLDER.sub("", redacted["n"][0]) == PLACEHOLDER.sub("", REDACTOR.redact(note))
         assert "hunter2" not in redacted["n"][0]
+
+
+@pytest.mark.parametrize("secret", [",'hunter2x", ', "x": 12345678', ", 'it': 'hunter2'"])
+def test_a_value_after_a_quoted_name_may_start_with_a_comma_and_a_quote(secret: str) -> None:
+    # read as the gap between two strings (as where a string ending `secret= ` closes),
+    # such a value was kept; after a quoted name the quote opens the string that follows
+    value = {"secret": secret, "n": 1, "x": "it's"}
+    for text in (repr(value), json.dumps(value), json_nested(value, 1)):
+        redacted = REDACTOR.redact(text)
+        assert secret not in redacted and "hunter2" not in redacted
+    assert ast.literal_eval(REDACTOR.redact(repr(value)))["n"] == 1
+    assert read_nested(REDACTOR.redact(json_nested(value, 1)), 1)["x"] == "it's"
