@@ -95,8 +95,8 @@ class TextStrings:
 
     def inside(self, outer: TextString) -> list[TextString]:
         """The strings in `outer`'s body: those in quotes of its own kind, escaped once more
-        (JSON text, or a quotation in prose: `\"` always is a quote there), and if it holds
-        an object or array, those in the other quotes (in prose, apostrophes)."""
+        (JSON text, or a quotation in prose), and if it holds an object or array, those in
+        the other kind of quote (in prose, apostrophes)."""
         found = self._inner.get(outer.start)
         if found is None:
             found = self._inner[outer.start] = _inside(
