@@ -221,29 +221,33 @@ def _taken(rule: RedactionRule, matches: Iterable[re.Match[str]], s: str, order:
     scanned = taken = -1  # where the last object scanned ends (nested names are inside it),
     for m in matches:  # ... and the last value taken
         ends = len(s)  # where what follows the name ends: the string the name is in, if any
-        quotes = None  # how an object's quotes are escaped, if not as the name's are (in
-        # a string: what it holds is no structure of the text's)
+        quotes = None  # how an object's quotes are escaped, if not as the name's are
+        structured = _JSON_OR_REPR.match(s) is not None  # what the object is part of
         if names_quoted and (m.group("quote") or (opens and m.start("open") >= 0)) and \
                 (apostrophes or m.group("kq") != "" or s[m.end("kq")] != '"'):
             strings = TextStrings(s) if strings is None else strings
-            inside = strings.around(m.start())
-            if inside is not None and (m.group("kq") is None or m.start("kq") != inside.closes):
-                # a name in a string (unquoted, or with a quote after it that is not the
-                # string's closing one: `"password'='x"`) is a word of it: what follows it
-                # ends there (`'... password: ', 'x'`: the quote closes the string;
-                # `'password: ["'`: the bracket opens nothing past it), and an object after
-                # it is one level down (`"password: {\"a\": \"x\"}"`)
+            inside, around = strings.around(m.start())
+            if inside is not None and m.group("kq") is not None \
+                    and m.start("kq") == inside.closes:
+                inside = around  # the name is its string's whole: what follows it is in the
+                # string around that one, if any (`'{"password": "x"}'`)
+            if inside is not None:
+                # else a name in a string (unquoted, or with a quote after it that is not the
+                # string's closing one: `"password'='x"`) is a word of it. Either way what
+                # follows it ends with the string (`'... password: ', 'x'`: the quote closes
+                # it; `'password: ["'`: the bracket opens nothing past it), and is read as the
+                # string alone would be (`"password: {\"a\": \"x\"}"`: one level down)
                 ends = inside.closes
                 if m.group("quote") and m.start("quote") >= ends:
                     continue  # the quote after the name closes the string the name is in
                 quotes = inside.inner_quotes()
+                structured = _JSON_OR_REPR.match(s, inside.body) is not None
         if opens and m.start("open") >= 0:  # a secret's name before an object
             if m.start("open") < scanned:
                 continue  # its strings are the outer object's already
             values, reach = string_values(s if ends == len(s) else s[:ends],
                                           m.start("open"), len(m.group("kq") or ""),
-                                          quotes=quotes, structured=quotes is None
-                                          and _JSON_OR_REPR.match(s) is not None)
+                                          quotes=quotes, structured=structured)
             out += [(start, -end, order, rule.name, m.start()) for start, end in values]
             if values and m.start() >= taken:  # else it may be none (its name a word of a
                 scanned = reach  # value or of a string), and must hide no object after it

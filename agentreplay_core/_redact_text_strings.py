@@ -79,19 +79,19 @@ class TextStrings:
     def outermost(self) -> list[TextString]:
         return [self._string(span) for span in self._spans]
 
-    def around(self, at: int) -> TextString | None:
-        """The innermost string whose body `at` lies in."""
+    def around(self, at: int) -> tuple[TextString | None, TextString | None]:
+        """The innermost string whose body `at` lies in, and the string that one is in."""
         i = bisect.bisect_right(self._spans, (at, len(self._text) + 1)) - 1
         if i < 0 or not self._spans[i][0] < at < self._spans[i][1]:
-            return None
-        string = self._string(self._spans[i])
+            return None, None
+        string, outer = self._string(self._spans[i]), None
         for _ in range(_MAX_LEVELS - 1):
             inner = self.inside(string)
             j = bisect.bisect_right(inner, at, key=lambda s: s.start) - 1
             if j < 0 or not inner[j].body <= at < inner[j].end:
                 break
-            string = inner[j]
-        return string
+            string, outer = inner[j], string
+        return string, outer
 
     def inside(self, outer: TextString) -> list[TextString]:
         """The strings in `outer`'s body: those in quotes of its own kind, escaped once more

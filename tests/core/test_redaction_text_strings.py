@@ -49,7 +49,7 @@ def test_the_strings_of_json_inside_json_are_found_at_their_level(
     assert len(found) == levels + 1
     assert [_read(text[s.start:s.end], levels) for s in found[levels]] == _strings(VALUE)
     inner = found[levels][0]
-    assert TextStrings(text).around(inner.start + inner.escapes + 1) == inner
+    assert TextStrings(text).around(inner.body)[0] == inner
 
 
 def test_a_reprs_strings_and_the_json_one_of_them_holds() -> None:
@@ -64,4 +64,4 @@ def test_a_reprs_strings_and_the_json_one_of_them_holds() -> None:
 
 @pytest.mark.parametrize("text", ["it's a 'test' of \"quotes\"", "password: 'x'", ""])
 def test_text_that_is_no_json_nor_repr_has_no_strings(text: str) -> None:
-    assert _levels(text) == [[]] and TextStrings(text).around(5) is None
+    assert _levels(text) == [[]] and TextStrings(text).around(5) == (None, None)

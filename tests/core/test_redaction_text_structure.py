@@ -334,3 +334,16 @@ def test_a_value_after_a_quoted_name_may_start_with_a_comma_and_a_quote(secret: 
         assert secret not in redacted and "hunter2" not in redacted
     assert ast.literal_eval(REDACTOR.redact(repr(value)))["n"] == 1
     assert read_nested(REDACTOR.redact(json_nested(value, 1)), 1)["x"] == "it's"
+
+
+def test_what_follows_a_quoted_name_in_a_string_ends_with_that_string() -> None:
+    # a repr's string holding JSON (`'{"password":"'`): the name is its own string inside
+    # it, and the value after it ran past the repr's string to a quote in a later one
+    for note in ('{"password":"', '{"password": "', '{"password": ['):
+        value = {"a": note, "Authorization": {"b": '"""sk-x'}, "n": 0}
+        redacted = ast.literal_eval(REDACTOR.redact(repr(value)))
+        assert (redacted["a"], redacted["n"]) == (note, 0)
+        assert PLACEHOLDER.fullmatch(redacted["Authorization"]["b"])
+    value = {"a": '{"password": "hunter2 x", "b": 1}', "c": "it's"}
+    redacted = ast.literal_eval(REDACTOR.redact(repr(value)))
+    assert json.loads(redacted["a"])["b"] == 1 and "hunter2" not in redacted["a"]
