@@ -218,11 +218,12 @@ def _taken(rule: RedactionRule, matches: Iterable[re.Match[str]], s: str, order:
     # a name with one after it is a string's whole (whichever string the name is in ends
     # there): no strings need finding
     apostrophes = "'" in s
+    text_structured = _JSON_OR_REPR.match(s) is not None
     scanned = taken = -1  # where the last object scanned ends (nested names are inside it),
     for m in matches:  # ... and the last value taken
         ends = len(s)  # where what follows the name ends: the string the name is in, if any
         quotes = None  # how an object's quotes are escaped, if not as the name's are
-        structured = _JSON_OR_REPR.match(s) is not None  # what the object is part of
+        structured = text_structured  # whether what the object is part of is JSON or a repr
         if names_quoted and (m.group("quote") or (opens and m.start("open") >= 0)) and \
                 (apostrophes or m.group("kq") != "" or s[m.end("kq")] != '"'):
             strings = TextStrings(s) if strings is None else strings
