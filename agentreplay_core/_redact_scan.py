@@ -196,7 +196,7 @@ class Scanner:
         for start, negative_end, _, name, named_at in found:
             # a name inside a secret taken already is a word of that secret (`"password: [\""`
             # is one), not the start of another: a value it seems to open is none
-            if start >= done and _span_at(named_at, out) is None:
+            if start >= done and not _within(named_at, out):
                 out.append((start, -negative_end, name))
                 done = -negative_end
         return out
@@ -266,10 +266,10 @@ def _taken(rule: RedactionRule, matches: Iterable[re.Match[str]], s: str, order:
 _JSON_OR_REPR = re.compile(r"\s*[\[{\"]")
 
 
-def _span_at(at: int, spans: list[tuple[int, int, str]]) -> tuple[int, int, str] | None:
-    """The one of `spans` (sorted by start, not overlapping) that `at` lies inside."""
+def _within(at: int, spans: list[tuple[int, int, str]]) -> bool:
+    """Whether `at` lies inside one of `spans` (sorted, not overlapping)."""
     i = bisect.bisect_right(spans, at, key=lambda span: span[0]) - 1
-    return spans[i] if i >= 0 and spans[i][0] <= at < spans[i][1] else None
+    return i >= 0 and spans[i][0] <= at < spans[i][1]
 
 
 #: how far before its keyword's last word a keyword rule's match may start (`api_` of
