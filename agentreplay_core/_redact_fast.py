@@ -138,16 +138,17 @@ class FastScreen:
 def keyword_pattern(keywords: Sequence[str],
                     form: Callable[[str], bytes] = _utf8) -> bytes | None:
     """The forward form of `_redact_scan._keyword_screens`: a keyword, an optional quote
-    (escaped or not), whitespace, then `:` or `=`, each character as `form` writes it (UTF-8
-    here, inside a JSON string for `_redact_json`). None if a keyword is not ASCII: caseless
-    matching of bytes folds ASCII letters only."""
+    (escaped or not), whitespace (or its escapes in JSON text: `\\n`), then `:` or `=`, each
+    character as `form` writes it (UTF-8 here, inside a JSON string for `_redact_json`).
+    None if a keyword is not ASCII: caseless matching of bytes folds ASCII letters only."""
     if not keywords or not all(k.isascii() for k in keywords):
         return None
+    escaped_space = alternatives([form("\\")]) + b"+" + alternatives(form(c) for c in "nrt")
     return (alternatives(form(k) for k in sorted(set(keywords)))
             + alternatives([form("\\")]) + b"*"  # an escaped quote: JSON text in JSON text
             + alternatives([form('"'), form("'")]) + b"?"
-            + alternatives(form(c) for c in whitespace()) + b"*"
-            + alternatives([form(":"), form("=")]))
+            + b"(?:" + alternatives(form(c) for c in whitespace()) + b"|" + escaped_space
+            + b")*" + alternatives([form(":"), form("=")]))
 
 
 @functools.lru_cache(maxsize=16)

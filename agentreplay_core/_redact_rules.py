@@ -104,13 +104,41 @@ def field_rule(name: str, names: Iterable[str]) -> RedactionRule:
 
 def field_text_rule(name: str, names: Iterable[str]) -> RedactionRule:
     """The same fields written in text: `NAME: value`, `NAME=value`, `"NAME": "value"` (a
-    header dump, JSON text a tool returned), the name whole and in any case. A quoted value
-    is taken whole, as the field's value in a dict is (same placeholder)."""
+    header dump, JSON text a tool returned), the name whole and in any case, its characters
+    that are not ASCII also as JSON escapes them. A quoted value is taken whole, as the
+    field's value in a dict is (same placeholder)."""
     listed = _names(names)
-    alternatives = "|".join(re.escape(n) for n in listed)
-    return RedactionRule(name, pattern=rf"(?<![\w.<-])(?i:{alternatives}){_ASSIGNED}",
-                         needles=(":", "="), keywords=tuple(listed),
+    alternatives = "|".join(_as_written(n) for n in listed)
+    # JSON text escapes what is not ASCII (`json.dumps` does by default; a keyword's escape
+    # stands for any, in any case)
+    escaped = {_u_escaped(n.lower()) for n in listed if not n.isascii()}
+    return RedactionRule(name, pattern=rf"{NAME_START}(?i:{alternatives}){_ASSIGNED}",
+                         needles=(":", "="), keywords=(*listed, *sorted(escaped)),
                          min_length=min(len(n) for n in listed) + 7)
+
+
+def _u_escaped(text: str) -> str:
+    """`text` with each character that is not ASCII written as JSON's `\\u` escapes."""
+    return "".join(c if c.isascii() else json.dumps(c)[1:-1] for c in text)
+
+
+def _as_written(name: str) -> str:
+    """A regex of `name` as text writes it: each character that is not ASCII as itself or as
+    JSON escapes it in ASCII (`\\u00f1`, `\\u00d1` for `Ñ`), after any backslashes (one
+    level down in JSON inside JSON: `\\\\u00f1`)."""
+    out = []
+    for c in name:
+        if c.isascii():
+            out.append(re.escape(c))
+            continue
+        forms = sorted({f for f in (c, c.lower(), c.upper()) if len(f) == 1})
+        escapes = {"".join(rf"\\+u{unit[2:]}" for unit in _UNITS.findall(_u_escaped(f)))
+                   for f in forms}
+        out.append(f"(?:{c}|{'|'.join(sorted(escapes))})")
+    return "".join(out)
+
+
+_UNITS = re.compile(r"\\u[0-9a-f]{4}")
 
 
 @dataclass(frozen=True)
@@ -133,14 +161,22 @@ def field_regex_text_rule(rule: RedactionRule) -> FieldTextRule:
 def _text_screen(names: re.Pattern[str]) -> str | None:
     """A search over a whole text that finds something in any text holding a key `names`
     finds something in: `names` itself, without the anchors at its ends (`^x-acme-` is
-    `x-acme-` in a text), which only ever narrow a search. None when it asserts anything
-    else (`\\b`, lookarounds; `[^...]` too, to keep this simple) or has flags a pattern
-    string would lose: each name is then checked on its own, which costs more."""
+    `x-acme-` in a text), which only ever narrow a search, or where it may find a character
+    that is not ASCII, any `\\u` escape (JSON text writes such a name with them). None
+    when it asserts anything else (`\\b`, lookarounds; `[^...]` too, to keep this simple)
+    or has flags a pattern string would lose: each name is then checked on its own, which
+    costs more."""
     core = re.sub(r"(?<!\\)(?:\$|\\[Zz])\Z", "", re.sub(r"\A(?:\^|\\A)", "", names.pattern))
     if names.flags & ~(re.IGNORECASE | re.UNICODE) or not core or \
             re.search(r"[$^]|\\[AZzbBG]|\(\?", core):
         return None
-    return f"(?i:{core})"
+    escaped = rf"|{ESCAPED_CHAR}" if _MAY_FIND_NON_ASCII.search(core) else ""
+    return f"(?i:{core}){escaped}"
+
+
+#: a regex that may find a character that is not ASCII: it holds one, a class (`\\w`, `.`,
+#: `[...]`) or an escape for one
+_MAY_FIND_NON_ASCII = re.compile(r"[^\x00-\x7f]|\\[wWSDuUxN]|(?<!\\)[.\[]")
 
 
 def _names(names: Iterable[str]) -> list[str]:
@@ -219,19 +255,33 @@ _JSON_SCALAR = (r"(?(kq)(?!(?:-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?|true|false|null)"
 _SECRET_WORDS = (r"p(?:assw(?:or)?d|assphrase|rivate[_-]?key)|secret|api[_-]?key|"
                  r"c(?:redentials?|ookie)|authorization|(?:access|auth|api|bearer|refresh|"
                  r"session|id|ad|oauth|security)[_-]?token")
+#: spaces around a separator, and the escapes JSON text writes for them (`password:\n  x`
+#: in a string of JSON; one level down, `\\n`)
+GAP = r"(?:\s|\\+[nrt])*"
 #: what follows a secret's name in text: `: value`, `=value`, `": "quoted value"` (an
 #: authorization scheme before the value is no secret), or an object or array (`open`),
 #: whose strings are the secrets (`_redact_containers`; `kq` shows how its quotes are escaped).
 #: Schemes may repeat (`Bearer Bearer abcdefghij`, a token prefixed twice)
-_ASSIGNED = (r"""(?:(?P<kq>\\*)["'])?\s*[:=]\s*(?:(?P<esc>\\+)?(?P<quote>["']))?"""
+_ASSIGNED = (rf"""(?:(?P<kq>\\*)["'])?{GAP}[:=]{GAP}(?:(?P<esc>\\+)?(?P<quote>["']))?"""
              r"(?:(?i:basic|bearer|token|digest)\s+)*(?!(?i:basic|bearer|token|digest)\s)"
              rf"(?P<secret>(?(quote)(?:{_QUOTED}|{_VALUE})|(?:{_JSON_SCALAR}{_VALUE}"
              r"|(?P<open>[{\[]))))")
 
+#: where a name written in text starts: not inside a word (`x-acme-token` holds no field
+#: `token`) nor at an escape's letter, but after an escape of JSON text: `\n` in
+#: `"Host: a\nX-Acme-Token: ..."`, or a `\u` escape of a character no word goes on with
+#: (`_redact_scan` checks which; a backslash escaped before the letter, one level down in
+#: JSON inside JSON, too)
+NAME_START = r"(?:(?<![\w.<-])(?<!(?<!\\)\\)|(?<=\\[nrtbf])|(?<=\\u[0-9a-fA-F]{4}))"
+#: a character of a name that JSON text escapes (not ASCII, in `json.dumps`'s default), its
+#: backslash escaped again a level down
+ESCAPED_CHAR = r"\\+u[0-9a-fA-F]{4}"
+
 #: a name written before a value as a word, as a dict key could be (`x-acme-ref`, `db.pass`);
 #: taken whole at once (a lookahead and its backreference: an atomic group before Python
 #: 3.11), as `re` would otherwise try each shorter name before the next word
-_FIELD_NAME = r"(?<![\w.<-])(?=(?P<fname>[^\W\d][\w.-]{0,63}))(?P=fname)"
+_FIELD_NAME = (rf"{NAME_START}(?=(?P<fname>(?:[^\W\d]|{ESCAPED_CHAR})(?:[\w.-]|{ESCAPED_CHAR})"
+               r"{0,63}))(?P=fname)")
 
 #: dict keys whose values are secrets, wherever they occur (headers, kwargs, configs)
 DEFAULT_FIELDS = (

@@ -21,11 +21,13 @@ from collections.abc import Iterable, Iterator, Sequence
 from agentreplay_core._redact_containers import string_end, string_values
 from agentreplay_core._redact_fast import UNDECIDED, fast_screen
 from agentreplay_core._redact_rules import (
+    GAP,
+    NAME_START,
     PLACEHOLDER,
     FieldTextRule,
     RedactionRule,
 )
-from agentreplay_core._redact_text_strings import TextStrings
+from agentreplay_core._redact_text_strings import TextString, TextStrings
 
 #: characters from commonest to rarest in prose and JSON-ish text (a rough ranking; any other
 #: character counts as rarer still)
@@ -57,9 +59,23 @@ def _keyword_screens(keywords: Sequence[str]) -> tuple[tuple[str, re.Pattern[str
     nanoseconds per character)."""
     if not keywords:
         return ()
-    words = "|".join(re.escape(k[::-1]) for k in sorted(set(keywords)))
+    words = "|".join(_backwards(k) for k in sorted(set(keywords)))
     # a quote may be escaped (JSON text inside JSON text): read backwards, backslashes after it
-    return tuple((sep, re.compile(rf"{re.escape(sep)}\s*[\"']?\\*(?:{words})")) for sep in ":=")
+    # spaces may be escaped (`\\n`): read backwards, the backslashes come after the letter
+    return tuple((sep, re.compile(rf"{re.escape(sep)}(?:\s|[nrt]\\+)*[\"']?\\*(?:{words})"))
+                 for sep in ":=")
+
+
+def _backwards(keyword: str) -> str:
+    """A regex of `keyword` read backwards. A `\\u` escape in it (a name JSON escapes:
+    `contrase\\u00f1a`) stands for any, in either case, and after any backslashes (one
+    level down in JSON inside JSON its backslash is escaped again)."""
+    parts = _U_ESCAPE_IN_KEYWORD.split(keyword)  # escapes at the odd places
+    return "".join(r"[0-9a-f]{4}u\\+" if i % 2 else re.escape(part[::-1])
+                   for i, part in reversed(list(enumerate(parts))))
+
+
+_U_ESCAPE_IN_KEYWORD = re.compile(r"(\\u[0-9a-f]{4})")
 
 
 #: how a rule that passed its needles is checked: its screen and pattern; its keyword screens
@@ -219,8 +235,12 @@ def _taken(rule: RedactionRule, matches: Iterable[re.Match[str]], s: str, order:
     # there): no strings need finding
     apostrophes = "'" in s
     text_structured = _JSON_OR_REPR.match(s) is not None
+    words = rule.regex.pattern.startswith(NAME_START)  # a name is a word, not part of one
     scanned = taken = -1  # where the last object scanned ends (nested names are inside it),
     for m in matches:  # ... and the last value taken
+        if words and (_after_a_word_escape(s, m.start()) or
+                      _at_an_escapes_letter(s, m.start())):
+            continue
         ends = len(s)  # where what follows the name ends: the string the name is in, if any
         quotes = None  # how an object's quotes are escaped, if not as the name's are
         structured = text_structured  # whether what the object is part of is JSON or a repr
@@ -256,11 +276,37 @@ def _taken(rule: RedactionRule, matches: Iterable[re.Match[str]], s: str, order:
         start, end = m.span(group)
         end = min(end, ends)  # a value quoted inside a string runs on no further than it
         # (an unquoted one stops at any quote)
+        if text_structured and names_quoted and not m.group("quote") and \
+                "\\" in s[start:end]:
+            # nor does an unquoted one run over a line break or tab JSON or a repr escaped
+            # (`password: x\nuser: ann`), where the string alone ends it; cut short, it is no
+            # value, as there
+            strings = TextStrings(s) if strings is None else strings
+            space = _escaped_space(s, start, end, strings.around(m.start())[0])
+            if space is not None:
+                if space - start < _SHORTEST_VALUE:
+                    continue
+                end = space
         if start < end:
             out.append((start, -end, order, rule.name, m.start()))
             taken = max(taken, end)
     return out
 
+
+#: a run of backslashes before the letter of an escaped line break or tab, or not
+_ESCAPED_SPACE = re.compile(r"(?<!\\)(\\+)[nrt]")
+_SHORTEST_VALUE = 6  # `_redact_rules._VALUE`
+
+
+def _escaped_space(s: str, start: int, end: int, inside: TextString | None) -> int | None:
+    """Where the first line break or tab escaped at the level of the string `inside` (the
+    text's own, if None) starts in `s[start:end]`: each backslash of that string is `factor`
+    of the text's, so its `\\n` is a run of `factor` (mod twice that) before the `n`."""
+    factor = 1 if inside is None else inside.factor
+    for m in _ESCAPED_SPACE.finditer(s, start, end):
+        if len(m.group(1)) % (2 * factor) == factor:
+            return m.start()
+    return None
 
 #: how JSON text, a repr, or JSON text inside JSON text starts
 _JSON_OR_REPR = re.compile(r"\s*[\[{\"]")
@@ -276,7 +322,7 @@ def _within(at: int, spans: list[tuple[int, int, str]]) -> bool:
 #: `api_key`), and how much of its value a first search looks at (a quoted value that runs on
 #: past it is matched again where it starts, without this bound)
 _LEAD, _WINDOW = 32, 256
-_OPENS_QUOTE = re.compile(r"\s*(\\*)([\"'])")
+_OPENS_QUOTE = re.compile(rf"{GAP}(\\*)([\"'])")
 
 
 def _seeded(regex: re.Pattern[str], screens: tuple[tuple[str, re.Pattern[str]], ...],
@@ -368,9 +414,61 @@ def _named_matches(rule: FieldTextRule, s: str) -> Iterator[re.Match[str]]:
     assert rule.names is not None
     at = 0
     while (m := rule.regex.search(s, at)) is not None:
-        if rule.names.search(m.group("fname")):
+        if _at_an_escapes_letter(s, m.start()):
+            at = m.start() + 1  # the name starts after it (`\\\\nX-Acme-Ref`, a level down)
+            continue
+        name = m.group("fname")
+        parted = _parted(name) if "\\" in name else None
+        if parted is not None:  # the name ends at, or starts after, that escape
+            at = m.start() + parted
+            continue
+        if rule.names.search(_unescaped(name)):
             yield m
         at = m.end("fname")
+
+
+#: a `\\u` escape in a name, its backslash escaped again or not
+_U_ESCAPE = re.compile(r"\\+u([0-9a-fA-F]{4})")
+
+
+def _unescaped(name: str) -> str:
+    """A name as a dict key holds it: its `\\u` escapes (JSON writes characters that are
+    not ASCII so) decoded, a pair of surrogates into one character."""
+    if "\\" not in name:
+        return name
+    units = _U_ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), name)
+    return units.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+_WORD_START, _IN_A_WORD = re.compile(r"[^\W\d]"), re.compile(r"[\w.-]")
+
+
+def _parted(name: str) -> int | None:
+    """Where the first `\\u` escape in `name` of a character no word (no such name) holds
+    ends, if any: `\\u2014x-acme-ref` is a dash, then the name."""
+    for m in _U_ESCAPE.finditer(name):
+        char = _unescaped(name[m.start():m.end()])
+        if not (_IN_A_WORD if m.start() else _WORD_START).fullmatch(char):
+            return m.end()
+    return None
+
+
+def _at_an_escapes_letter(s: str, at: int) -> bool:
+    """Whether a name found at `at` starts with the letter of an escape (`\\\\n`, a line
+    break in JSON inside JSON: `NAME_START` excludes only one backslash before it)."""
+    return at > 0 and s[at - 1] == "\\" and s[at] in "nrtbf"
+
+
+#: what stands before a name written after a `\\u` escape
+_U_ESCAPE_BEFORE = re.compile(r"\\u([0-9a-fA-F]{4})")
+_JOINS_A_WORD = re.compile(r"[\w.<-]")
+
+
+def _after_a_word_escape(s: str, at: int) -> bool:
+    """Whether the name at `at` goes on a word from before it: a `\\u` escape of a word
+    character (`\\u00e9x-acme-ref` is `éx-acme-ref`), which `NAME_START` cannot tell."""
+    m = _U_ESCAPE_BEFORE.fullmatch(s, at - 6, at) if at >= 6 else None
+    return m is not None and _JOINS_A_WORD.match(chr(int(m.group(1), 16))) is not None
 
 
 def _named(rule: FieldTextRule, text: str) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -166,3 +167,21 @@ def test_json_inside_json_keeps_quotes_inside_a_value_and_its_scalars() -> None:
             parsed = read_nested(redactor.redact(text), levels)
             assert parsed["password"].startswith("<secret:assignment:"), (secret, levels)
             assert parsed["ok"] is False and parsed["n"] is None
+
+
+@pytest.mark.parametrize("text", [
+    "password\t: hunter2xyz",  # a tab before the separator
+    "password:\n  hunter2xyz",  # the value on the next line (YAML)
+    "db:\n  password: hunter2xyz\n  user: ann",  # ... and a line after the value
+    "api_key :\r\n 'correct horse battery'",
+    "DB_PASSWORD=hunter2xyz\nDB_USER=ann",  # an .env file
+])
+@pytest.mark.parametrize("levels", [0, 1])
+def test_escaped_spaces_around_and_after_a_value_read_as_the_string_reads(
+        text: str, levels: int) -> None:
+    # JSON text writes a line break as `\n`: no space to the rules, so `password\t:` was no
+    # assignment, and a value ran on over the line break into the next line
+    redactor = Redactor(key=KEY)
+    redacted = redactor.redact(json_nested({"content": text}, levels))
+    assert "hunter2xyz" not in redacted and "correct horse" not in redacted
+    assert read_nested(redacted, levels)["content"] == redactor.redact(text)

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from agentreplay_core import RedactionRule, Redactor
 from tests.support.placeholders import documented_placeholder
+from tests.support.text_forms import json_nested, read_nested
 
 KEY = b"field-regex-text-key"
 REF = "ord-7f3a9c2e1b"
@@ -128,3 +129,37 @@ def test_a_value_that_is_none_hides_no_name_after_it() -> None:
     redacted = json.loads(redactor().redact(json.dumps(value)))
     assert redacted == {"note": ["acme-order-ref='"],
                         "acme-x-ref": {"": [placeholder("it's-ord-7f3a")]}}
+
+
+#: a field regex for names that are not ASCII, which JSON text escapes (`json.dumps` does by
+#: default): `\u00f1`, a level down `\\u00f1`
+OWN = RedactionRule("acme", fields=r"^(?:acme-.*-ref|contraseña|пароль)$")
+
+
+@pytest.mark.parametrize("name", ["contraseña", "CONTRASEÑA", "Пароль", "acme-señal-ref"])
+@pytest.mark.parametrize("levels", [0, 1])
+def test_a_name_json_escapes_is_read_unescaped(name: str, levels: int) -> None:
+    value = {name: REF, "contraseñas": "kept-as-it-is"}
+    text = json_nested(value, levels)
+    assert "\\u" in text
+    redacted = redactor(OWN).redact(text)
+    assert read_nested(redacted, levels) == redactor(OWN).redact(value) == {
+        name: placeholder(REF), "contraseñas": "kept-as-it-is"}
+
+
+@pytest.mark.parametrize("before", ["Host: a\n", "a\r\n", "\t", "\u2014", "«"])
+@pytest.mark.parametrize("levels", [0, 1])
+def test_a_name_after_an_escape_in_json_text_is_found(before: str, levels: int) -> None:
+    # `\n` in JSON text is a backslash and an `n` (a level down, two and an `n`): the name
+    # after it is no word's end there, as it is not in the string itself
+    for name in ("Acme-Order-Ref", "contraseña"):
+        line = f"{before}{name}: {REF}"
+        redacted = redactor(OWN).redact(json_nested({"headers": line}, levels))
+        assert read_nested(redacted, levels)["headers"] == redactor(OWN).redact(line) \
+            == f"{before}{name}: {placeholder(REF)}"
+
+
+def test_a_name_joined_to_a_word_behind_an_escape_is_another_name() -> None:
+    line = f"\u00e9acme-order-ref: {REF} \u00f1contraseña: {REF}"  # `éacme-order-ref`
+    assert redactor(OWN).redact(line) == line
+    assert redactor(OWN).redact(json.dumps({"h": line})) == json.dumps({"h": line})

@@ -7,8 +7,9 @@ import json
 
 import pytest
 
-from agentreplay_core import Redactor, Store
+from agentreplay_core import Redactor, Store, open_store
 from tests.support.placeholders import documented_placeholder
+from tests.support.text_forms import json_nested, read_nested
 
 KEY = b"field-text-key"
 SESSION = "s3cr3t-session-value"
@@ -99,3 +100,63 @@ def test_json_text_inside_json_text_loses_its_secrets(any_store: Store) -> None:
     assert inner["cookie"] == placeholder("sessionid=k3bab-skewer; Path=/", "assignment")
     # a custom field, named by the store's redactor (AGENTREPLAY_REDACT_FIELDS here)
     assert inner["x-acme-session"] == placeholder(SESSION, "custom_field")
+
+
+#: field names a user may list that are not ASCII: JSON text escapes them (`json.dumps` does
+#: by default), in the case they are written in
+OWN_NAMES = ["contraseña", "пароль", "clé-api", "key\U0001f511"]
+
+
+@pytest.mark.parametrize("name", [*OWN_NAMES, "CONTRASEÑA", "Пароль", "CLÉ-API"])
+@pytest.mark.parametrize("levels", [0, 1])
+def test_a_field_name_json_escapes_is_found_escaped(name: str, levels: int) -> None:
+    redactor = Redactor(key=KEY, fields=OWN_NAMES)
+    text = json_nested({name: SESSION, "note": "kept"}, levels)
+    assert "\\u" in text
+    redacted = redactor.redact(text)
+    assert SESSION not in redacted
+    assert read_nested(redacted, levels) == redactor.redact({name: SESSION, "note": "kept"}) \
+        == {name: placeholder(SESSION, "custom_field"), "note": "kept"}
+
+
+@pytest.mark.parametrize("before", ["Host: a\n", "a\r\n", "\t", "\u2014", "\u00a0", "«"])
+@pytest.mark.parametrize("ascii_", [True, False])
+@pytest.mark.parametrize("levels", [0, 1])
+def test_a_field_name_after_an_escape_in_json_text_is_found(before: str, ascii_: bool,
+                                                            levels: int) -> None:
+    # `\n` in JSON text is a backslash and an `n`: the name after it is no longer part of a
+    # word there, as it is not in the string itself
+    redactor = Redactor(key=KEY, fields=["x-acme-session", *OWN_NAMES])
+    for name in ("X-Acme-Session", "contraseña"):
+        line = f"{before}{name}: {SESSION}"
+        text = json.dumps({"headers": line}, ensure_ascii=ascii_)
+        text = json.dumps(text, ensure_ascii=ascii_) if levels else text
+        redacted = redactor.redact(text)
+        assert SESSION not in redacted
+        assert read_nested(redacted, levels)["headers"] == redactor.redact(line) \
+            == f"{before}{name}: {placeholder(SESSION, 'custom_field')}"
+
+
+def test_a_name_joined_to_a_word_behind_an_escape_is_another_name() -> None:
+    # `éx-acme-session` is not the field; in JSON text the `é` is `\u00e9`
+    redactor = Redactor(key=KEY, fields=["x-acme-session"])
+    line = f"\u00e9x-acme-session: {SESSION}"
+    assert redactor.redact(line) == line
+    assert redactor.redact(json.dumps({"h": line})) == json.dumps({"h": line})
+
+
+def test_a_recorded_tools_json_text_loses_a_field_json_escaped(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # the recorder screens a step from its canonical JSON before walking it: there the
+    # escaped name's backslash is escaped once more
+    monkeypatch.setenv("AGENTREPLAY_REDACT_FIELDS", "contraseña")
+    store = open_store("memory:")
+    result = json.dumps({"usuario": "ana", "contraseña": SESSION, "nota": "l1\nx-acme: y"})
+    with store.record(name="escaped names") as rec:
+        rec.record("tool", "read_config", {}, result)
+        rec.record("tool", "read_env", {}, json.dumps({"env": f"USER=ana\nPASSWORD={SESSION}"}))
+    config, env = store.load_steps(rec.run_id)
+    assert SESSION not in config.output and SESSION not in env.output
+    assert json.loads(config.output)["contraseña"] == placeholder(SESSION, "custom_field")
+    password = placeholder(SESSION, "assignment")
+    assert json.loads(env.output)["env"] == f"USER=ana\nPASSWORD={password}"

@@ -90,6 +90,8 @@ def test_each_kind_of_secret_is_flagged_wherever_it_sits(fake: FakeSecret) -> No
     {"note": "pin\x1c: 12345678"},
     {"note": "API_\u212aEY = hunter2hunter2"},   # lower-cases to "api_key = "
     {"note": "postgresql://agent:pw\\\\x@db"},  # a backslash (escaped in JSON) in the password
+    {"note": "password\\t: hunter2hunter2"},   # JSON text: an escaped tab before the `:`
+    {"note": "x-acme-token\\r\\n= hunter2hunter2"},
 ])
 def test_contexts_where_json_and_text_differ_are_flagged(value: dict[str, str]) -> None:
     redactor = _redactor()

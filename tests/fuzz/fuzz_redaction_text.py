@@ -28,13 +28,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 with atheris.instrument_imports(include=["agentreplay_core"]):
     from agentreplay_core import Redactor
 
-from tests.support.text_forms import FORMS, SECRET_NAMES, assert_text_redacted  # noqa: E402
+from tests.support.text_forms import (  # noqa: E402
+    FORMS,
+    SECRET_NAMES,
+    assert_text_redacted,
+    default_secret_name,
+)
 
 REDACTOR = Redactor(key=b"fuzz-redaction-text")
-_NAMES = (*SECRET_NAMES, "note", "x")
+#: a user's field names too (one that JSON text escapes), for half the inputs
+OWN_NAMES = ("x-acme-ref", "contraseña")
+WITH_FIELDS = Redactor(key=b"fuzz-redaction-text", fields=OWN_NAMES)
+_NAMES = (*SECRET_NAMES, *OWN_NAMES, "note", "x")
 #: pieces of text the rules care about, so that short inputs reach them
 _PIECES = ("password", ": ", "=", '"', "'", "\\", "\\\"", "<", ">", "Bearer ", "Basic ",
-           "{", "[", "\n", " ", "sk-", "secret", '{"', '": "', "'='")
+           "{", "[", "\n", " ", "sk-", "secret", '{"', '": "', "'='", "x-acme-ref",
+           "contraseña", "\t")
 
 
 def _text(fdp: Any, budget: int) -> str:
@@ -86,7 +95,15 @@ def test_one_input(data: bytes) -> None:
     form = FORMS[fdp.ConsumeIntInRange(0, len(FORMS) - 1)]
     indent = 2 if fdp.ConsumeBool() else None
     ascii_ = fdp.ConsumeBool()
-    assert_text_redacted(REDACTOR, _dict(fdp, 0), form, indent, ascii_)
+    if fdp.ConsumeBool():
+        assert_text_redacted(REDACTOR, _dict(fdp, 0), form, indent, ascii_)
+    else:
+        assert_text_redacted(WITH_FIELDS, _dict(fdp, 0), form, indent, ascii_,
+                             named=_own_or_default, name_rules=("assignment", "custom_field"))
+
+
+def _own_or_default(name: str) -> bool:
+    return name.lower() in OWN_NAMES or default_secret_name(name)
 
 
 def main() -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from agentreplay_core import Redactor
@@ -21,17 +21,25 @@ FORMS = ("json", "json in json", "repr")
 _SCHEME = re.compile(r"\A(?:(?i:basic|bearer|token|digest)\s+)+")
 
 
-def strings_of(value: Any, secret: bool = False) -> list[tuple[str, bool]]:
-    """Every string of `value` (keys too), and whether a dict's secret field holds it."""
+def default_secret_name(name: str) -> bool:
+    return name.lower() in _SECRET_NAMES
+
+
+_SECRET_NAMES = {n.lower() for n in SECRET_NAMES}
+
+
+def strings_of(value: Any, secret: bool = False,
+               named: Callable[[str], bool] = default_secret_name) -> list[tuple[str, bool]]:
+    """Every string of `value` (keys too), and whether a dict's secret field (a key `named`
+    says is a secret's name) holds it."""
     if isinstance(value, str):
         return [(value, secret)]
     if isinstance(value, list):
-        return [s for item in value for s in strings_of(item, secret)]
+        return [s for item in value for s in strings_of(item, secret, named)]
     if isinstance(value, dict):
-        names = {n.lower() for n in SECRET_NAMES}
         return [*((k, False) for k in value),
                 *(s for k, v in value.items()
-                  for s in strings_of(v, secret or k.lower() in names))]
+                  for s in strings_of(v, secret or named(k), named))]
     return []
 
 
@@ -63,15 +71,20 @@ def read_nested(text: str, levels: int) -> Any:
 
 
 def assert_text_redacted(redactor: Redactor, value: dict[str, Any], form: str,
-                         indent: int | None, ascii_: bool) -> None:
-    """Redacting `value` written as `form` keeps no secret, stays readable, and is stable."""
+                         indent: int | None, ascii_: bool,
+                         named: Callable[[str], bool] = default_secret_name,
+                         name_rules: Collection[str] = ("assignment",)) -> None:
+    """Redacting `value` written as `form` keeps no secret, stays readable, and is stable.
+    `named`: which keys are secrets' names for `redactor`; `name_rules`: its rules that take
+    the value after such a name in text."""
     write, read = written(form, indent, ascii_)
     redacted = redactor.redact(write(value))
     # JSON text stays JSON, a repr a Python literal; no string of it holds a secret
     # (a placeholder parts the text around it: what it replaced is not glued back together)
-    kept = [_SCHEME.sub("", PLACEHOLDER.sub("\x00", s)) for s, _ in strings_of(read(redacted))]
+    kept = [_SCHEME.sub("", PLACEHOLDER.sub("\x00", s))
+            for s, _ in strings_of(read(redacted), named=named)]
     assert redactor.redact(redacted) == redacted
-    found = strings_of(value)
+    found = strings_of(value, named=named)
     elsewhere = [s for s, secret in found if not secret]
     for s, secret in found:
         # a secret of letters (digits could be part of a number), of the length the text
@@ -86,7 +99,7 @@ def assert_text_redacted(redactor: Redactor, value: dict[str, Any], form: str,
     # once more); an escape before a token's prefix changes what the pattern rules see, so
     # only the names' rule counts, and only in strings that no escape but a quote's changes
     def plain(s: str) -> bool:
-        return s.isprintable() and (s.isascii() or not ascii_)
+        return s.replace("\n", " ").replace("\t", " ").isprintable()
     # (a string that is not plain may keep anything, as written in the text)
     alone = [PLACEHOLDER.sub("\x00", redactor.redact(s)) if plain(s) else s for s, _ in found]
     for s, _ in found:
@@ -94,6 +107,6 @@ def assert_text_redacted(redactor: Redactor, value: dict[str, Any], form: str,
             continue
         for start, end, rule in redactor._find(s):
             taken = _SCHEME.sub("", s[start:end])
-            if rule == "assignment" and len(taken) >= 6 and any(c.isalpha() for c in taken) \
+            if rule in name_rules and len(taken) >= 6 and any(c.isalpha() for c in taken) \
                     and not any(taken in other for other in alone):
                 assert not any(taken in k for k in kept), (s, taken)
