@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Container, Iterable
+from datetime import datetime
 
 from agentreplay_core._model import Step
 
@@ -69,9 +70,15 @@ class _Queue:
         return items[head] if head < len(items) else None
 
 
+def _started(step: Step) -> datetime:
+    return step.started_at
+
+
 class KeyedQueues:
-    """Steps by (kind, name, match key), in step order; among the steps of one key, by path
-    too once it matters.
+    """Steps by (kind, name, match key), in the order the calls started (the step order, but
+    where a call ended after a later call of the same request began: a call a timeout
+    cancelled, recorded when the run ended, before the retry that followed it); among the
+    steps of one key, by path too once it matters.
 
     Built on first use (opening a replay does not pay for it). Consumed steps are skipped
     once and for all as they are met, so a lookup costs O(1) amortised, whatever the number
@@ -99,6 +106,9 @@ class KeyedQueues:
                 by_key[key] = _Queue(step)
             else:
                 queue.items.append(step)
+        for queue in by_key.values():
+            if len(queue.items) > 1:
+                queue.items.sort(key=_started)  # stable: steps started together keep their order
         return by_key
 
     def holds(self, key: Key) -> bool:

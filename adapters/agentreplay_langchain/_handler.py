@@ -125,17 +125,22 @@ class RecordingCallbackHandler(RunTreeTracker):
         self._calls: dict[UUID, _Call] = {}
 
     def _record_unfinished(self) -> None:
-        """At the end of the run, the calls LangChain never ended: a model call as abandoned,
-        with what it streamed (a `stream_events(version="v3")` stream its consumer stopped
-        reading fires neither `on_llm_end` nor `on_llm_error`, where `stream()` reports it); a
-        tool, retriever or decision call as cancelled (langchain-core 0.3 and 1.0 report no
+        """At the end of the run, the calls LangChain never ended: a model call that streamed
+        as abandoned, with what it streamed (a `stream_events(version="v3")` stream its
+        consumer stopped reading fires neither `on_llm_end` nor `on_llm_error`, where
+        `stream()` reports it); one that gave nothing yet, a tool, retriever or decision call
+        as cancelled (`asyncio.wait_for(model.ainvoke(...))` timing out reports nothing:
+        `agenerate` is cancelled in its `gather`; langchain-core 0.3 and 1.0 report no
         cancelled tool), so that its replay never returns either and the caller's timeout
-        fires again."""
+        fires again. The replay serves it before a retry of the same request recorded
+        earlier, as it started first."""
         with self._lock:
-            unfinished = [(run_id, call.kind) for run_id, call in self._calls.items()]
-        for run_id, kind in unfinished:
+            unfinished = [(run_id, call.kind, call.chunks is None and call.events is None)
+                          for run_id, call in self._calls.items()]
+        for run_id, kind, nothing_yet in unfinished:
             if kind == "llm":
-                self.on_llm_error(GeneratorExit(), run_id=run_id)
+                self.on_llm_error(asyncio.CancelledError() if nothing_yet else GeneratorExit(),
+                                  run_id=run_id)
             elif kind == "tool":
                 self.on_tool_error(asyncio.CancelledError(), run_id=run_id)
             else:

@@ -5,6 +5,7 @@ the same whatever the length of the run."""
 from __future__ import annotations
 
 import time
+from datetime import datetime, timedelta, timezone
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -100,6 +101,21 @@ def test_identical_requests_are_served_in_recorded_order(memory_store: Store) ->
             rec.record("time", "time", {}, i)
     with memory_store.replay(rec.run_id) as player:
         assert [player.next("time", "time", {}) for _ in range(500)] == list(range(500))
+
+
+def test_identical_requests_are_served_in_the_order_they_started(any_store: Store) -> None:
+    # a call a timeout cancelled is recorded when the run ends, after the retry that followed
+    # it: the replay's first attempt is the cancelled one, as it was live
+    began = datetime.now(timezone.utc)
+    with any_store.record() as rec:
+        rec.record("tool", "fetch", {"url": "u"}, "retried: ok",
+                   started_at=began + timedelta(seconds=1))
+        rec.record("tool", "fetch", {"url": "v"}, "other")
+        rec.record("tool", "fetch", {"url": "u"}, "first: failed", started_at=began)
+    with any_store.replay(rec.run_id) as player:
+        assert player.next("tool", "fetch", {"url": "u"}) == "first: failed"
+        assert player.next("tool", "fetch", {"url": "v"}) == "other"
+        assert player.next("tool", "fetch", {"url": "u"}) == "retried: ok"
 
 
 def _seconds_per_call(store: Store, steps: int) -> float:

@@ -28,6 +28,7 @@ from agentreplay_langchain import (
     ReplayChatModel,
     ReplayEmbeddings,
     ReplayRetriever,
+    instrument,
     replay_tools,
 )
 from tests.langchain.fakes import (
@@ -388,3 +389,47 @@ def test_a_fallback_after_a_failed_model_replays_both_calls(store: Store,
             [ReplayChatModel(player=player)], exceptions_to_handle=(type(error),)
         ).invoke("hello")
     assert replayed.content == live.content and replayed.id == live.id
+
+
+class StallsOnce(ScriptedChatModel):
+    """A provider whose first answer never comes in time (the caller's timeout cancels it)."""
+
+    stalled: bool = False
+
+    async def _agenerate(self, *args: Any, **kwargs: Any) -> ChatResult:
+        if not self.stalled:
+            self.stalled = True
+            await asyncio.sleep(30)
+        return await super()._agenerate(*args, **kwargs)
+
+
+async def _ask_with_retry(model: Any, config: RunnableConfig | None = None) -> list[str]:
+    """An agent's timeout and retry around a model call: what each attempt gave."""
+    log = []
+    for _ in range(3):
+        try:
+            answer = await asyncio.wait_for(model.ainvoke("hi there", config=config), 0.3)
+        except asyncio.TimeoutError:
+            log.append("timed out")
+            continue
+        log.append(f"answer: {answer.content}")
+        break
+    return log
+
+
+@pytest.mark.parametrize("attach", ["handler", "instrument"])
+def test_a_model_call_a_timeout_cancelled_times_out_again_in_replay(
+        store: Store, attach: str) -> None:
+    # LangChain reports nothing for an `ainvoke` its caller cancels (its `gather` is
+    # cancelled before the error callback): the call, recorded as cancelled when the run
+    # ends (after the retry), replayed as an answer to the first attempt
+    with store.record(name="timeout then retry") as rec:
+        if attach == "handler":
+            live = asyncio.run(_ask_with_retry(
+                StallsOnce(), {"callbacks": [RecordingCallbackHandler(rec)]}))
+        else:
+            with instrument(rec):
+                live = asyncio.run(_ask_with_retry(StallsOnce()))
+    assert live[0] == "timed out" and live[1].startswith("answer: ")
+    with store.replay(rec.run_id) as player:  # every step served: none left over
+        assert asyncio.run(_ask_with_retry(ReplayChatModel(player=player))) == live
