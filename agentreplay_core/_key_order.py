@@ -16,23 +16,24 @@ from __future__ import annotations
 from typing import Any
 
 #: the spec of a dict: {"keys": [its keys in order], "inner": {key: spec of that value}};
-#: of a list: {"items": {"index": spec of that item}}; only the parts that need one
-KEYS, INNER, ITEMS = "keys", "inner", "items"
+#: of a list: {"items": {"index": spec of that item}}; only the parts that need one. A dict
+#: with a key that is no string (`{10: "Messi", 7: "Ronaldo"}`), which the codec stores as
+#: pairs sorted by key, has {"map": [its keys in order], "map_inner": [[key, spec], ...]}
+KEYS, INNER, ITEMS, MAP_KEYS, MAP_INNER = "keys", "inner", "items", "map", "map_inner"
 
 
 def key_order(value: Any) -> dict[str, Any] | None:
-    """The spec that restores the key order of the dicts in `value` (JSON data), or None if
-    all of them are in sorted order (or have keys that do not sort)."""
+    """The spec that restores the key order of the dicts in `value` (data the codec stores),
+    or None if all of them are in sorted order."""
     kind = type(value)
     if kind is dict:
+        keys = list(value)
+        if not all(type(k) is str for k in keys):
+            return _map_order(value, keys)
         spec: dict[str, Any] = {}
         inner = {k: s for k, v in value.items() if (s := key_order(v)) is not None}
-        keys = list(value)
-        try:
-            if keys != sorted(keys):
-                spec[KEYS] = keys
-        except TypeError:  # keys of mixed types have no sorted order: nothing to restore
-            return None
+        if keys != sorted(keys):
+            spec[KEYS] = keys
         if inner:
             spec[INNER] = inner
         return spec or None
@@ -40,6 +41,16 @@ def key_order(value: Any) -> dict[str, Any] | None:
         items = {str(i): s for i, v in enumerate(value) if (s := key_order(v)) is not None}
         return {ITEMS: items} if items else None
     return None
+
+
+def _map_order(value: dict[Any, Any], keys: list[Any]) -> dict[str, Any]:
+    """The spec of a dict with keys that are not all strings: always its keys (sorted or not,
+    their order is not the one the codec gives back)."""
+    spec: dict[str, Any] = {MAP_KEYS: keys}
+    inner = [[k, s] for k, v in value.items() if (s := key_order(v)) is not None]
+    if inner:
+        spec[MAP_INNER] = inner
+    return spec
 
 
 def keep_key_order(into: dict[str, Any], field: str, value: Any) -> None:
@@ -55,6 +66,8 @@ def in_key_order(value: Any, spec: Any) -> Any:
     every dict without one in sorted order. A spec that does not fit (a damaged or edited
     recording) is ignored, never trusted to add or drop keys."""
     kind = type(value)
+    if kind is dict and type(spec) is dict and MAP_KEYS in spec:
+        return _in_map_order(value, spec)
     if kind is dict:
         keys = spec.get(KEYS) if type(spec) is dict else None
         if type(keys) is not list or len(keys) != len(value) or not all(
@@ -73,3 +86,16 @@ def in_key_order(value: Any, spec: Any) -> Any:
             items = {}
         return [in_key_order(v, items.get(str(i))) for i, v in enumerate(value)]
     return value
+
+
+def _in_map_order(value: dict[Any, Any], spec: dict[str, Any]) -> dict[Any, Any]:
+    """`in_key_order` of a dict with keys that are not all strings, its spec a `_map_order`."""
+    keys: Any = spec.get(MAP_KEYS)
+    pairs = spec.get(MAP_INNER)
+    try:
+        inner = {k: s for k, s in pairs} if type(pairs) is list else {}
+        if not (type(keys) is list and len(keys) == len(value) and set(keys) == set(value)):
+            keys = value
+    except (TypeError, ValueError):  # a damaged spec: unhashable keys, pairs that are none
+        inner, keys = {}, value
+    return {k: in_key_order(value[k], inner.get(k)) for k in keys}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agentreplay_core import Store
+from agentreplay_core import Store, decode
 from agentreplay_core._key_order import in_key_order, key_order
 
 ARGS: dict[str, Any] = {"query": "flights", "max_results": 3, "filters": {
@@ -41,5 +41,33 @@ def test_a_spec_that_does_not_fit_is_ignored() -> None:
 
 def test_keys_that_do_not_sort_are_left_as_they_are() -> None:
     mixed: dict[Any, Any] = {2: "two", "one": 1}
-    assert key_order(mixed) is None
     assert list(in_key_order(mixed, None)) == [2, "one"]
+
+
+#: dicts with keys that are no strings, which the codec stores as pairs sorted by key: a
+#: ranking by shirt number, keys of mixed types, tuples, a map inside a map and in a list
+MAPS: dict[str, Any] = {
+    "ranking": {10: "Messi", 7: "Ronaldo", 9: {"z": 1, "a": 2}},
+    "mixed": {"z": 1, 5: 2, "a": 3, None: 4, 2.5: 5},
+    "tuples": {(2, "b"): 1, (1, "a"): {30: "x", 4: "y"}},
+    "listed": [{3: "c", 1: "a"}, {"b": {True: 1, False: 0}}],
+}
+
+
+def test_the_order_of_dicts_with_keys_that_are_no_strings_comes_back(
+        any_store: Store) -> None:
+    with any_store.record() as rec:
+        rec.record("tool", "rank", {}, {"value": MAPS, "order": key_order(MAPS)})
+    [step] = any_store.load_steps(rec.run_id)
+    stored = decode(step.output)
+    assert repr(stored["value"]) != repr(MAPS)  # the codec sorts their pairs
+    assert repr(in_key_order(stored["value"], stored["order"])) == repr(MAPS)
+
+
+def test_a_map_spec_that_does_not_fit_is_ignored() -> None:
+    value = {2: "b", 1: "a"}
+    damaged: Any
+    for damaged in ({"map": [2, 1, 3]}, {"map": [2]}, {"map": [[2], 1]}, {"map": 7},
+                    {"map": [2, 1], "map_inner": [[[1], 2]]}, {"map": [2, 1], "map_inner": 3},
+                    {"map": [2, 1], "map_inner": [[1, 2, 3]]}):
+        assert list(in_key_order(value, damaged)) == [2, 1]

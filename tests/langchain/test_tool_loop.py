@@ -200,3 +200,28 @@ def test_a_dict_a_tool_returns_replays_in_its_key_order(store: Store) -> None:
         (weather,) = replay_tools(player, [forecast])
         again = chain(weather, ReplayChatModel(player=player)).invoke({"city": "Paris"})
     assert again.content == live.content
+
+
+@tool
+def squad(team: str) -> dict[Any, Any]:
+    """Players by shirt number (keys that are no strings), in the order of the team sheet."""
+    return {10: "Messi", 7: {"name": "Di María", "caps": 145}, 9: "Álvarez", "coach": "Scaloni"}
+
+
+def test_a_dict_with_keys_that_are_no_strings_replays_in_its_key_order(store: Store) -> None:
+    # the codec stores such a dict as pairs sorted by key; a prompt built from it came back
+    # in another order, a divergence that never happened
+    prompt = ChatPromptTemplate.from_messages([("human", "rank: {players}")])
+
+    def chain(sheet: BaseTool, model: Any) -> Runnable[Any, Any]:
+        built: Runnable[Any, Any] = sheet | (lambda s: {"players": str(s)}) | prompt | model
+        return built
+
+    with store.record(name="int keys") as rec:
+        live = chain(squad, ScriptedChatModel()).invoke(
+            {"team": "ARG"}, config={"callbacks": [RecordingCallbackHandler(rec)]})
+    assert "{10: 'Messi', 7: {'name'" in str(live.content)
+    with store.replay(rec.run_id) as player:
+        (replayed,) = replay_tools(player, [squad])
+        again = chain(replayed, ReplayChatModel(player=player)).invoke({"team": "ARG"})
+    assert again.content == live.content
