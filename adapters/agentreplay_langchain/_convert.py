@@ -2,9 +2,9 @@
 
 Results are stored inside a versioned envelope and revived with an explicit allow-list.
 Messages and generations of LangChain's own classes are stored from their fields (version 2:
-plain JSON, a copy of each field, no LangChain serialisation on the agent's thread); anything
-else, and a message whose fields hold values JSON cannot (a parsed pydantic object), goes
-through `langchain_core.load.dumpd` (version 1, the same on langchain-core 0.3 and 1.x), which
+a copy of each field, no LangChain serialisation on the agent's thread; a value plain JSON
+cannot hold, a parsed pydantic object, left to the core codec); anything else goes through
+`langchain_core.load.dumpd` (version 1, the same on langchain-core 0.3 and 1.x), which
 recordings made before version 2 hold too.
 Requests are in `_requests`.
 """
@@ -131,19 +131,20 @@ def _message_fields(message: BaseMessage) -> dict[str, Any] | None:
     if _MESSAGE_CLASSES.get(name) is not type(message):
         return None  # a subclass (only dumpd knows what it adds), or no message at all
     defaults = shape(type(message)).plain_defaults
+    # fields left at their defaults are left out: smaller, and a recording made with another
+    # langchain-core line (0.3 has `example`, 1.x `chunk_position`) still revives equal to its
+    # own messages
+    kept = {key: value for key, value in message.__dict__.items()
+            if key != "type" and key != "artifact" and not _is_default(
+                value, defaults.get(key, NO_VALUE))}
+    extra = message.__pydantic_extra__
+    if extra:
+        kept.update(extra)
     try:
-        # fields left at their defaults are left out: smaller, and a recording made with
-        # another langchain-core line (0.3 has `example`, 1.x `chunk_position`) still revives
-        # equal to its own messages
         fields = {key: value if type(value) in SCALARS else _plain_copy(value)
-                  for key, value in message.__dict__.items()
-                  if key != "type" and key != "artifact" and not _is_default(
-                      value, defaults.get(key, NO_VALUE))}
-        extra = message.__pydantic_extra__
-        if extra:
-            fields.update(_plain_copy(extra))
+                  for key, value in kept.items()}
     except _NotPlain:
-        return None
+        fields = {key: _copy_for_the_codec(value) for key, value in kept.items()}
     stored = {ENVELOPE: FIELDS_VERSION, "class": name, "fields": fields}
     inner = {key: spec for key, value in fields.items()
              if type(value) in _CONTAINERS and (spec := key_order(value)) is not None}
@@ -153,6 +154,22 @@ def _message_fields(message: BaseMessage) -> dict[str, Any] | None:
     if artifact is not None:  # any value the core codec keeps, as in version 1
         stored["artifact"] = artifact
     return stored
+
+
+def _copy_for_the_codec(value: Any) -> Any:
+    """A field value that is not plain JSON (a parsed pydantic object in `additional_kwargs`,
+    as structured output puts there): a copy the core codec keeps as it keeps any value, and
+    revives as that object. One it cannot keep (a lock, a client) makes the step unencodable,
+    counted in the run's stats, and its replay raise `SerializationError` naming it: dumpd,
+    which stored such messages before, turned it into None without a word."""
+    try:
+        return _plain_copy(value)
+    except _NotPlain:
+        pass
+    try:
+        return copy.deepcopy(value)
+    except Exception:  # a live resource: stored as unencodable, counted
+        return value
 
 
 def _is_default(value: Any, default: Any) -> bool:
@@ -167,7 +184,7 @@ def _fields_envelope(value: Any) -> dict[str, Any] | None:
     try:
         info = _plain_copy(value.generation_info)
     except _NotPlain:
-        return None
+        info = _copy_for_the_codec(value.generation_info)
     if isinstance(value, ChatGeneration):  # or ChatGenerationChunk
         message = _message_fields(value.message)
         if message is None:

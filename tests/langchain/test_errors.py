@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import threading
 from collections.abc import Sequence
 from typing import Annotated, Any
 
@@ -12,7 +13,7 @@ import pytest
 from langchain_core.callbacks import CallbackManagerForLLMRun, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
-from langchain_core.language_models import BaseChatModel
+from langchain_core.language_models import BaseChatModel, GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.outputs import ChatResult
 from langchain_core.retrievers import BaseRetriever
@@ -21,7 +22,7 @@ from langchain_core.tools import BaseTool, InjectedToolCallId, StructuredTool, T
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
 
-from agentreplay_core import Recorder, Store
+from agentreplay_core import Recorder, SerializationError, Store
 from agentreplay_langchain import (
     RecordingCallbackHandler,
     RecordingEmbeddings,
@@ -433,3 +434,26 @@ def test_a_model_call_a_timeout_cancelled_times_out_again_in_replay(
     assert live[0] == "timed out" and live[1].startswith("answer: ")
     with store.replay(rec.run_id) as player:  # every step served: none left over
         assert asyncio.run(_ask_with_retry(ReplayChatModel(player=player))) == live
+
+
+class Handle:
+    """A live resource a provider's answer should not hold (here in `additional_kwargs`)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+
+
+def test_an_answer_holding_a_value_the_store_cannot_keep_fails_loudly_in_replay(
+        store: Store) -> None:
+    # dumpd, which stored such answers before, turned the value into None: the replay gave
+    # the agent another answer than it had, without a word
+    model = GenericFakeChatModel(messages=iter([AIMessage("ok", additional_kwargs={
+        "client": Handle(), "n": 1})]))
+    with store.record(name="odd answer") as rec:
+        live = model.invoke("hi", config={"callbacks": [RecordingCallbackHandler(rec)]})
+    assert isinstance(live.additional_kwargs["client"], Handle)
+    assert rec.stats.unencodable == 1
+    with store.replay(rec.run_id, allow_unused=True) as player, \
+            pytest.raises(SerializationError, match="Handle") as caught:
+        ReplayChatModel(player=player).invoke("hi")
+    assert "additional_kwargs.client" in str(caught.value)
