@@ -134,17 +134,10 @@ def _message_fields(message: BaseMessage) -> dict[str, Any] | None:
     # fields left at their defaults are left out: smaller, and a recording made with another
     # langchain-core line (0.3 has `example`, 1.x `chunk_position`) still revives equal to its
     # own messages
-    kept = {key: value for key, value in message.__dict__.items()
-            if key != "type" and key != "artifact" and not _is_default(
-                value, defaults.get(key, NO_VALUE))}
-    extra = message.__pydantic_extra__
-    if extra:
-        kept.update(extra)
     try:
-        fields = {key: value if type(value) in SCALARS else _plain_copy(value)
-                  for key, value in kept.items()}
+        fields = _fields(message, defaults, _plain_copy)
     except _NotPlain:
-        fields = {key: _copy_for_the_codec(value) for key, value in kept.items()}
+        fields = _fields(message, defaults, _copy_for_the_codec)
     stored = {ENVELOPE: FIELDS_VERSION, "class": name, "fields": fields}
     inner = {key: spec for key, value in fields.items()
              if type(value) in _CONTAINERS and (spec := key_order(value)) is not None}
@@ -154,6 +147,19 @@ def _message_fields(message: BaseMessage) -> dict[str, Any] | None:
     if artifact is not None:  # any value the core codec keeps, as in version 1
         stored["artifact"] = artifact
     return stored
+
+
+def _fields(message: BaseMessage, defaults: dict[str, Any],
+            copied: Callable[[Any], Any]) -> dict[str, Any]:
+    """A message's fields that are not at their defaults (extra ones too), each `copied`."""
+    fields = {key: value if type(value) in SCALARS else copied(value)
+              for key, value in message.__dict__.items()
+              if key != "type" and key != "artifact" and not _is_default(
+                  value, defaults.get(key, NO_VALUE))}
+    extra = message.__pydantic_extra__
+    if extra:
+        fields.update({key: copied(value) for key, value in extra.items()})
+    return fields
 
 
 def _copy_for_the_codec(value: Any) -> Any:

@@ -5,8 +5,8 @@ the same whatever the length of the run."""
 from __future__ import annotations
 
 import time
-from datetime import datetime, timedelta, timezone
 from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
