@@ -5,6 +5,7 @@ Commands live in `_cli_*.py` modules that register on `app`; `_cli` imports them
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -34,17 +35,64 @@ DsnOption = Annotated[
                  help="Run store URL (postgresql://..., file:PATH, memory:); default: the "
                       "embedded PostgreSQL."),
 ]
+PgDsnOption = Annotated[
+    str | None,
+    typer.Option("--dsn", envvar="AGENTREPLAY_DSN",
+                 help="PostgreSQL URL (postgresql://...) or key=value connection string; "
+                      "default: the embedded PostgreSQL. File and memory stores have no "
+                      "schema to migrate."),
+]
 SchemaOption = Annotated[str, typer.Option("--schema", envvar="AGENTREPLAY_SCHEMA")]
 
 
-def open_cli_store(dsn: str | None, schema: str = "agentreplay") -> Store:
+def file_store_path(dsn: str) -> Path | None:
+    """The path a `file:PATH` (or plain path) store URL names, as `open_store` reads it; None
+    for any other store (an unknown `scheme://` is `open_store`'s to refuse)."""
+    if dsn.startswith("memory:") or names_postgres(dsn) or "://" in dsn:
+        return None
+    path = dsn.removeprefix("file:")
+    return Path(path).expanduser() if path else None
+
+
+def _check_exists(dsn: str) -> None:
+    """Refuse a file store path that does not exist: opening it would create an empty store,
+    and a mistyped path would then read as a store with no runs."""
+    path = file_store_path(dsn)
+    if path is None or path.exists():
+        return
+    what = "file" if path.suffix == ".jsonl" else "directory"
+    raise fail(f"no run store at {path}: the {what} does not exist",
+               "check the path given with --dsn (or AGENTREPLAY_DSN); reading never creates "
+               "a store, recording into it (or `agentreplay import`) does")
+
+
+def open_cli_store(dsn: str | None, schema: str = "agentreplay", *,
+                   create: bool = False) -> Store:
     """The run store named by `--dsn` (or the embedded default), with a spinner while the
-    embedded PostgreSQL starts."""
+    embedded PostgreSQL starts. A file store must exist unless `create` (commands that write
+    runs into the store)."""
+    if dsn is not None and not create:
+        _check_exists(dsn)
     if dsn is None or names_postgres(dsn):
         with err.status("Opening the run store (starting the embedded PostgreSQL if "
                         "needed)..."):
             return open_store(dsn, schema=schema)
     return open_store(dsn)
+
+
+def require_postgres(dsn: str | None) -> None:
+    """Refuse a file or memory store for the `db` commands: only PostgreSQL has a schema."""
+    if dsn is None or names_postgres(dsn):
+        return
+    path = file_store_path(dsn)
+    # anything else is not repeated: a mistyped PostgreSQL URL may hold a password
+    kind = ("memory: is an in-memory store" if dsn.startswith("memory:") else
+            f"file:{path} is a file store" if path is not None else
+            "the --dsn given is no PostgreSQL URL")
+    raise fail(f"agentreplay db works on a PostgreSQL store only; {kind}",
+               "pass --dsn postgresql://... (or key=value pairs), or leave --dsn and "
+               "AGENTREPLAY_DSN unset for the embedded PostgreSQL; file and memory stores "
+               "need no migrations")
 
 
 def fail(message: str, hint: str = "", code: int = 2) -> typer.Exit:

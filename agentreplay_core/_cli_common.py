@@ -1,12 +1,15 @@
-"""Helpers shared by the run-inspection commands (runs, show, diff, export, import, prune)."""
+"""Helpers shared by the run-inspection commands (runs, show, diff, export, import, prune,
+verify)."""
 
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 from uuid import UUID
 
@@ -20,9 +23,11 @@ from rich.progress import (
 from rich.text import Text
 
 from agentreplay_core._cli_app import err, fail
-from agentreplay_core._errors import AgentReplayError, RunNotFound
+from agentreplay_core._errors import AgentReplayError, RunNotFound, StoreError
 from agentreplay_core._model import Run, RunStatus
+from agentreplay_core._store import Store
 from agentreplay_core._when import format_duration
+from agentreplay_core.stores._file import FileBackend, parse_run
 
 STATUS_STYLE = {
     RunStatus.COMPLETE: "green",
@@ -38,6 +43,55 @@ def _is_unavailable(exc: BaseException) -> bool:
     except ImportError:  # no PostgreSQL support installed: no such error either
         return False
     return isinstance(exc, DatabaseUnavailable)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """An error of the database, not of the run being read: unreachable, or a statement
+    cancelled for taking too long (retrying may help)."""
+    try:
+        from agentreplay_core.stores._pgconn import DatabaseTimeout, DatabaseUnavailable
+    except ImportError:  # no PostgreSQL support installed: no such errors either
+        return False
+    return isinstance(exc, (DatabaseUnavailable, DatabaseTimeout))
+
+
+def unreadable_run_files(store: Store) -> list[tuple[Path, str]]:
+    """The files of a `file:` directory store that hold no readable run, each with its
+    problem. The store's run list leaves them out (one damaged file must not hide every
+    other run), so a command that reads every run names them itself."""
+    backend = store.backend
+    if not isinstance(backend, FileBackend) or backend.single:
+        return []  # a single run file's problem is raised: no run to leave out
+    found: list[tuple[Path, str]] = []
+    for path in sorted(backend.path.glob("*.jsonl")):
+        try:
+            parse_run(path.read_bytes(), path, with_steps=False)
+        except FileNotFoundError:
+            continue  # deleted since the directory was listed
+        except (StoreError, OSError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            found.append((path, why.removeprefix(f"{path}: ")))
+    return found
+
+
+class _SkipNotice(logging.Filter):
+    """Drops the file store's log line about a run file its run list skips."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "list_runs skips" not in str(record.msg)
+
+
+@contextmanager
+def files_named_here() -> Iterator[None]:
+    """For a command that names unreadable run files itself (`unreadable_run_files`): the
+    store's log line about each would say it a second time, in another form."""
+    logger = logging.getLogger("agentreplay")
+    notice = _SkipNotice()
+    logger.addFilter(notice)
+    try:
+        yield
+    finally:
+        logger.removeFilter(notice)
 
 
 @contextmanager

@@ -45,7 +45,7 @@ def demo(dsn: DsnOption = None, schema: SchemaOption = "agentreplay") -> None:
     timings.phases.append(("load LangChain", time.perf_counter() - started))
     try:
         with timings("open the run store"):
-            store = open_cli_store(dsn, schema)
+            store = open_cli_store(dsn, schema, create=True)
         with store:
             ok = run_demo(store, console, timings)
     except AgentReplayError as exc:

@@ -8,11 +8,11 @@ import typer
 from rich.markup import escape
 from rich.text import Text
 
-from agentreplay_core._cli_app import DsnOption, SchemaOption, app, console, open_cli_store
+from agentreplay_core._cli_app import DsnOption, SchemaOption, app, console, fail, open_cli_store
 from agentreplay_core._cli_common import cli_errors, print_json
 from agentreplay_core._cli_table import Column, fitted_table
 from agentreplay_core._diff import summarize
-from agentreplay_core._model import Run
+from agentreplay_core._model import Run, Step, StepKind
 from agentreplay_core._plural import counted
 from agentreplay_core._run_compare import RunComparison, StepPair, changes, compare_steps, describe
 
@@ -38,6 +38,17 @@ def _divergence_json(pair: StepPair) -> dict[str, Any]:
     return {**_pair_json(pair), "part": part, "diff": describe(pair),
             "changes": [{"path": e.path, "op": e.op, "a": summarize(e.expected, 200),
                          "b": summarize(e.actual, 200)} for e in entries]}
+
+
+def _check_kinds(kinds: list[str], steps: list[Step]) -> None:
+    """Refuse an --ignore-kind no step could have: a typo would leave the steps it meant in
+    the comparison without a word. Kinds may be extended, so those of the runs count too."""
+    known = [k.value for k in StepKind]
+    extra = sorted({s.kind for s in steps} - set(known))
+    unknown = [k for k in kinds if k not in known and k not in extra]
+    if unknown:
+        listed = ", ".join(known) + (f" (and in these runs: {', '.join(extra)})" if extra else "")
+        raise fail(f"--ignore-kind {unknown[0]!r} is no step kind; the kinds are {listed}")
 
 
 def _print_first(result: RunComparison, run_a: Run, run_b: Run) -> None:
@@ -103,6 +114,7 @@ def diff_command(
         first, second = store.get_run(run_a), store.get_run(run_b)
         steps_a = store.backend.load_steps(first.run_id)
         steps_b = store.backend.load_steps(second.run_id)
+    _check_kinds(ignore_kind or [], steps_a + steps_b)
     result = compare_steps(steps_a, steps_b, ignore_kinds=ignore_kind or ())
     divergence = result.first_divergence
     if as_json:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -20,6 +21,7 @@ from agentreplay_core._cli_app import (
 from agentreplay_core._cli_common import (
     cli_errors,
     duration_text,
+    files_named_here,
     lineage,
     local_time,
     print_json,
@@ -27,6 +29,7 @@ from agentreplay_core._cli_common import (
     run_tags,
     short_ids,
     status_text,
+    unreadable_run_files,
 )
 from agentreplay_core._cli_table import Column, fitted_table
 from agentreplay_core._diff import summarize
@@ -77,13 +80,19 @@ def runs_command(
     except ValueError as exc:
         raise fail(str(exc)) from None
     with cli_errors(), open_cli_store(dsn, schema) as store:
-        runs = store.list_runs(name=name, status=status, since=started, tag=tag, limit=limit)
+        with files_named_here():
+            runs = store.list_runs(name=name, status=status, since=started, tag=tag,
+                                   limit=limit)
         counts = [_step_count(store, run) for run in runs]
+        damaged = unreadable_run_files(store)
     if as_json:
         print_json([_run_json(run, n) for run, n in zip(runs, counts, strict=True)])
+        _warn_unreadable(damaged)
         return
     if not runs:
-        err.print("no runs match" if (name or status or tag or since) else "no runs yet")
+        err.print("no runs match" if (name or status or tag or since) else
+                  "no readable runs" if damaged else "no runs yet")
+        _warn_unreadable(damaged)
         return
     columns = [Column("run id"), Column("name", None), Column("status"),
                Column("steps", justify="right"), Column("started"),
@@ -100,6 +109,14 @@ def runs_command(
     console.print(fitted_table(columns, rows, console.width))
     if len(runs) == limit:
         err.print(f"showing the {limit} newest; --limit N shows more", style="dim", soft_wrap=True)
+    _warn_unreadable(damaged)
+
+
+def _warn_unreadable(damaged: list[tuple[Path, str]]) -> None:
+    """One warning line per run file that could not be read, so is not listed."""
+    for path, why in damaged:
+        err.print(f"warning: {path} is not listed: its run cannot be read: {why}",
+                  style="yellow", markup=False, highlight=False, soft_wrap=True)
 
 
 def _one_line(value: Any, width: int, *, error: bool = False) -> Text:

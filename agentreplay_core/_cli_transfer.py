@@ -89,7 +89,7 @@ def import_command(
     schema: SchemaOption = "agentreplay",
 ) -> None:
     """Import an exported run file."""
-    with cli_errors(), open_cli_store(dsn, schema) as store:
+    with cli_errors(), open_cli_store(dsn, schema, create=True) as store:
         try:
             with progress_bar(f"importing {file.name}") as update:
                 result = import_run(store, file, replace=replace, verify=not no_verify,

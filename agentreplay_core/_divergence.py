@@ -2,15 +2,34 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Collection, Sequence
 from typing import Any
 from uuid import UUID
 
 from agentreplay_core._codec import decode
-from agentreplay_core._diff import classify, nearest_candidates, render_diff, structural_diff
+from agentreplay_core._diff import (
+    classify,
+    nearest_candidates,
+    render_diff,
+    structural_diff,
+    summarize,
+)
 from agentreplay_core._errors import ReplayDivergence
 from agentreplay_core._model import Step
 from agentreplay_core._plural import counted
+
+#: how much of the request an `unexpected_call` shows: enough to recognise the call, while
+#: a whole prompt or document would bury the rest of the message
+SHOWN_REQUEST = 300
+
+#: each adapter's replay backends, for a hint naming those of the framework in use
+REPLAY_BACKENDS = {
+    "agentreplay_langchain": "LangChain: replay_tools(player, tools), ReplayChatModel, "
+                             "ReplayLLM, ReplayEmbeddings, ReplayRetriever",
+    "agentreplay_llamaindex": "LlamaIndex: replay_tools(player, tools), ReplayLLM, "
+                              "ReplayEmbedding, ReplayRetriever, ReplayReranker",
+}
 
 
 def peek(tree: Any) -> Any:
@@ -70,6 +89,8 @@ def divergence(
     calls = "call was" if recorded_total == 1 else "calls were"
     detail = (f"all {recorded_total} recorded {kind} {name!r} {calls} already replayed"
               if recorded_total else f"the recording holds no {kind} call named {name!r}")
+    # no recorded request to diff against: the request itself says which call this was
+    detail += f"\nrequest: {summarize(request, SHOWN_REQUEST)}"
     return ReplayDivergence(step=None, classification="unexpected_call", detail=detail,
                             **common)
 
@@ -90,6 +111,13 @@ def _listed(steps: Sequence[Step]) -> str:
     return listing + (f" and {len(steps) - 10} more" if len(steps) > 10 else "")
 
 
+def _replay_backends() -> str:
+    """The replay backends of the adapters imported here (those of every adapter if none is:
+    the calls were then made through `rec.call` or another adapter)."""
+    used = [names for module, names in REPLAY_BACKENDS.items() if module in sys.modules]
+    return "; ".join(used or REPLAY_BACKENDS.values())
+
+
 def missing_calls(run_id: UUID, missing: Sequence[Step],
                   ran: Collection[str] = ()) -> ReplayDivergence:
     """The error for recorded steps the replay never asked for; `ran`: the paths where a
@@ -108,8 +136,7 @@ def missing_calls(run_id: UUID, missing: Sequence[Step],
         detail += (f"{who} ran for real in this replay, at the recorded "
                    f"path{'' if one else 's'}, instead of being served from the recording: "
                    "give the replay the replay backend of "
-                   f"{'that call' if one else 'those calls'} (replay_tools(player, tools), "
-                   "ReplayRetriever, ReplayChatModel / ReplayLLM, ReplayEmbeddings), or pass "
+                   f"{'that call' if one else 'those calls'} ({_replay_backends()}), or pass "
                    f"allow_unused=True if running {'it' if one else 'them'} for real is "
                    "intended")
     else:
