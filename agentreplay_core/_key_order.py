@@ -20,6 +20,8 @@ from typing import Any
 #: with a key that is no string (`{10: "Messi", 7: "Ronaldo"}`), which the codec stores as
 #: pairs sorted by key, has {"map": [its keys in order], "map_inner": [[key, spec], ...]}
 KEYS, INNER, ITEMS, MAP_KEYS, MAP_INNER = "keys", "inner", "items", "map", "map_inner"
+#: ... and of a dataclass (a LangGraph `Command` a tool returns): {"attrs": {field: spec}}
+ATTRS = "attrs"
 
 
 def key_order(value: Any) -> dict[str, Any] | None:
@@ -40,6 +42,11 @@ def key_order(value: Any) -> dict[str, Any] | None:
     if kind is list:
         items = {str(i): s for i, v in enumerate(value) if (s := key_order(v)) is not None}
         return {ITEMS: items} if items else None
+    fields = getattr(kind, "__dataclass_fields__", None)
+    if fields is not None:  # a dataclass's dicts (`Command.update`), which the codec sorts
+        attrs = {name: s for name in fields
+                 if (s := key_order(getattr(value, name, None))) is not None}
+        return {ATTRS: attrs} if attrs else None
     return None
 
 
@@ -85,6 +92,9 @@ def in_key_order(value: Any, spec: Any) -> Any:
         if type(items) is not dict:
             items = {}
         return [in_key_order(v, items.get(str(i))) for i, v in enumerate(value)]
+    fields = getattr(kind, "__dataclass_fields__", None)
+    if fields is not None:
+        _in_field_order(value, fields, spec.get(ATTRS) if type(spec) is dict else None)
     return value
 
 
@@ -99,3 +109,17 @@ def _in_map_order(value: dict[Any, Any], spec: dict[str, Any]) -> dict[Any, Any]
     except (TypeError, ValueError):  # a damaged spec: unhashable keys, pairs that are none
         inner, keys = {}, value
     return {k: in_key_order(value[k], inner.get(k)) for k in keys}
+
+
+def _in_field_order(value: Any, fields: Any, attrs: Any) -> None:
+    """`in_key_order` of each dict or list a dataclass holds, set in place (also on a frozen
+    one: `value` was revived for its caller alone, and its content does not change)."""
+    if type(attrs) is not dict:
+        attrs = {}
+    for name in fields:
+        field = getattr(value, name, None)
+        if type(field) in (dict, list) or hasattr(type(field), "__dataclass_fields__"):
+            try:
+                object.__setattr__(value, name, in_key_order(field, attrs.get(name)))
+            except (AttributeError, TypeError):  # slots without the field, a read-only one
+                pass

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from agentreplay_core import Store, decode
@@ -71,3 +72,24 @@ def test_a_map_spec_that_does_not_fit_is_ignored() -> None:
                     {"map": [2, 1], "map_inner": [[[1], 2]]}, {"map": [2, 1], "map_inner": 3},
                     {"map": [2, 1], "map_inner": [[1, 2, 3]]}):
         assert list(in_key_order(value, damaged)) == [2, 1]
+
+
+@dataclass(frozen=True)
+class Update:
+    """Like LangGraph's `Command`: a frozen dataclass holding dicts in the writer's order."""
+
+    update: dict[str, Any]
+    goto: list[Any]
+
+
+def test_the_dicts_of_a_dataclass_come_back_in_order(any_store: Store) -> None:
+    # unsorted (a spec), and sorted (no spec: the store's order, JSONB's shorter keys
+    # first, must not show either)
+    value = Update(update={"notes": ["n"], "messages": [{"z": 1, "a": 2}], "bb": {1: "x"}},
+                   goto=[{"messages": 1, "notes": 2}])
+    with any_store.record() as rec:
+        rec.record("tool", "command", {}, {"value": value, "order": key_order(value)})
+    [step] = any_store.load_steps(rec.run_id)
+    stored = decode(step.output)
+    assert repr(in_key_order(stored["value"], stored["order"])) == repr(value)
+    assert key_order(Update({"a": 1}, [])) is None

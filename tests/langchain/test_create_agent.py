@@ -7,11 +7,12 @@ import inspect
 from typing import Any
 
 import pytest
-from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
+from langgraph.types import Command
 from pydantic import BaseModel
 
-from agentreplay_core import Store
+from agentreplay_core import Store, open_store
 from agentreplay_langchain import RecordingCallbackHandler, ReplayChatModel, instrument
 from tests.langchain.fakes import (
     Counter,
@@ -26,6 +27,8 @@ from tests.langchain.fakes import (
 )
 
 agents = pytest.importorskip("langchain.agents", reason="create_agent is langchain 1.x")
+from langchain.tools import ToolRuntime  # noqa: E402
+
 from agentreplay_langchain import ReplayMiddleware  # noqa: E402  (needs langchain 1.x)
 
 PLAN: Plan = [[("weather", {"city": "Oslo"}), ("add", {"a": 0.1, "b": 0.2})],
@@ -338,3 +341,44 @@ def test_a_response_format_as_a_tool_replays(store: Store) -> None:
         again = run(ReplayMiddleware(player))
     assert again["structured_response"] == live["structured_response"]
     assert transcript(again["messages"]) == transcript(live["messages"])
+
+
+class NotedState(agents.AgentState):  # type: ignore[name-defined,misc]
+    notes: list[str]
+
+
+@tool
+def take_note(text: str, runtime: ToolRuntime) -> Command[Any]:
+    """Keep a note in the agent's state."""
+    message = ToolMessage("noted", tool_call_id=runtime.tool_call_id)
+    # the order a tool writes its update in: sorted (`messages` first), or not
+    update = {"notes": [text], "messages": [message]} if text.startswith("n") else \
+        {"messages": [message], "notes": [text]}
+    return Command(update=update)
+
+
+@pytest.mark.parametrize("text", ["notes first", "messages first"])
+@pytest.mark.parametrize("where", ["postgres", "memory"])
+def test_a_tools_command_replays_its_update_in_its_key_order(
+        store: Store, text: str, where: str) -> None:
+    # the update dict of a `Command` came back in the store's order (the codec sorts a
+    # dataclass's dicts, JSONB puts shorter keys first): the agent's streamed updates
+    # printed otherwise than live
+    store = store if where == "postgres" else open_store("memory:")
+
+    def updates(agent: Any, config: Any = None) -> list[str]:
+        return [repr(part) for part in agent.stream(
+            {"messages": [HumanMessage("note it")], "notes": []}, config=config,
+            stream_mode="updates") if "tools" in part]
+
+    plan: Plan = [[("take_note", {"text": text})]]
+    with store.record(name="command", entropy=True) as rec:
+        live = updates(agents.create_agent(ScriptedChatModel(plan=plan), [take_note],
+                                           state_schema=NotedState),
+                       {"callbacks": [RecordingCallbackHandler(rec)]})
+    assert live[0].startswith("{'tools': {'" + text.split()[0])
+    with store.replay(rec.run_id) as player, instrument(player):
+        replayed = updates(agents.create_agent(
+            ScriptedChatModel(plan=plan), [take_note], state_schema=NotedState,
+            middleware=[ReplayMiddleware(player)]))
+    assert replayed == live
