@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from agentreplay_langchain._handler import CHAT_MODEL
 
 if TYPE_CHECKING:
+    from agentreplay_core import Step
     from agentreplay_langchain._chat_model import ReplayChatModel
 
 JSON_METHODS = ("json_schema", "json_mode")
@@ -43,24 +44,39 @@ def recorded_format(model: ReplayChatModel, schema: dict[str, Any] | type
                     ) -> tuple[str, bool | None]:
     """How the recorded model produced this schema: through a bound tool of the schema's name
     (function calling) or JSON content, and with which `strict`; function calling (strict
-    unset) when the recording does not say."""
+    unset) when the recording does not say. The first call of the schema not replayed yet
+    says, if any: one run may ask for the same schema of two models that produce it each
+    their way (a tool-calling one, then one with JSON output), each structured model made
+    just before its call."""
     name = _schema_name(schema)
-    for step in model.player.steps:
-        if step.kind != "llm" or step.name != CHAT_MODEL:
-            continue
-        output = step.output if isinstance(step.output, dict) else {}
-        options = ((output.get("model") or {}).get("options") or {})
-        fmt = options.get("ls_structured_output_format") or {}
-        fmt_kwargs = fmt.get("kwargs") or {}
-        strict = fmt_kwargs.get("strict")
-        strict = strict if isinstance(strict, bool) else None
-        tools = step.input.get("tools", []) if isinstance(step.input, dict) else []
-        if any(isinstance(t, dict) and t.get("name") == name for t in tools):
-            return "function_calling", strict
-        method = fmt_kwargs.get("method")
-        if method in JSON_METHODS and _recorded_schema_name(fmt.get("schema")) in (name, None):
-            return str(method), strict
-    return "function_calling", None
+    player = model.player
+    first = None
+    for step in player.steps:
+        found = _format_of(step, name)
+        if found is not None:
+            if not player.is_consumed(step):
+                return found
+            first = first or found
+    return first or ("function_calling", None)
+
+
+def _format_of(step: Step, name: str | None) -> tuple[str, bool | None] | None:
+    """How the model call of `step` produced the schema named `name`, if it did."""
+    if step.kind != "llm" or step.name != CHAT_MODEL:
+        return None
+    output = step.output if isinstance(step.output, dict) else {}
+    options = ((output.get("model") or {}).get("options") or {})
+    fmt = options.get("ls_structured_output_format") or {}
+    fmt_kwargs = fmt.get("kwargs") or {}
+    strict = fmt_kwargs.get("strict")
+    strict = strict if isinstance(strict, bool) else None
+    tools = step.input.get("tools", []) if isinstance(step.input, dict) else []
+    if any(isinstance(t, dict) and t.get("name") == name for t in tools):
+        return "function_calling", strict
+    method = fmt_kwargs.get("method")
+    if method in JSON_METHODS and _recorded_schema_name(fmt.get("schema")) in (name, None):
+        return str(method), strict
+    return None
 
 
 def recorded_method(model: ReplayChatModel, schema: dict[str, Any] | type) -> str:

@@ -119,6 +119,23 @@ def test_each_schema_replays_by_the_method_it_was_recorded_with(store: Store) ->
         assert replay.with_structured_output(BOOKING).invoke(PROMPT) == booking
 
 
+@pytest.mark.parametrize("first", ["function_calling", "json_schema"])
+def test_one_schema_through_two_methods_replays_each_call_by_its_own(
+        store: Store, first: str) -> None:
+    # a tool-calling model, then one with JSON output, both asked for a Trip: the replay took
+    # the first call's method for both, and the second diverged (its tools differed)
+    second = "json_schema" if first == "function_calling" else "function_calling"
+    model = StructuredChatModel()
+    with store.record(name="one schema, two methods") as rec:
+        config: Any = {"callbacks": [RecordingCallbackHandler(rec)]}
+        live = [model.with_structured_output(Trip, method=method).invoke(PROMPT, config=config)
+                for method in (first, second)]
+    with store.replay(rec.run_id) as player:
+        replay = ReplayChatModel(player=player)
+        # each structured model made just before its call, as the agent made them
+        assert [replay.with_structured_output(Trip).invoke(PROMPT) for _ in live] == live
+
+
 def test_structured_output_streams_on_replay(store: Store) -> None:
     with store.record(name="structured-stream") as rec:
         live = list(StructuredChatModel().with_structured_output(BOOKING, method="json_mode")
