@@ -13,6 +13,7 @@ order no longer depends on the store).
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 #: the spec of a dict: {"keys": [its keys in order], "inner": {key: spec of that value}};
@@ -119,7 +120,6 @@ def _in_field_order(value: Any, fields: Any, attrs: Any) -> None:
     for name in fields:
         field = getattr(value, name, None)
         if type(field) in (dict, list) or hasattr(type(field), "__dataclass_fields__"):
-            try:
+            # (slots without the field, or a read-only one: left as it came)
+            with contextlib.suppress(AttributeError, TypeError):
                 object.__setattr__(value, name, in_key_order(field, attrs.get(name)))
-            except (AttributeError, TypeError):  # slots without the field, a read-only one
-                pass
