@@ -55,11 +55,15 @@ class CodecFailure(Exception):
     Collecting the path on the way out keeps the successful walk free of path bookkeeping.
     """
 
-    def __init__(self, message: str, type_name: str | None = None, *, too_deep: bool = False):
+    def __init__(self, message: str, type_name: str | None = None, *, too_deep: bool = False,
+                 recorded_at: str | None = None):
         super().__init__(message)
         self.message = message
         self.type_name = type_name
         self.too_deep = too_deep
+        #: where in the recorded value an unencodable marker's value was: its path when the
+        #: marker is the whole decoded tree (`$` would say nothing)
+        self.recorded_at = recorded_at
         #: (segment, id of the container holding it), innermost first
         self.trail: list[tuple[str, int]] = []
 
@@ -83,6 +87,8 @@ class CodecFailure(Exception):
                 seen[container] = path
                 path += segment
         path = base + "".join(segment for segment, _ in outward)
+        if not outward and self.recorded_at is not None:
+            path = self.recorded_at
         return SerializationError(self.message, path=path, type_name=self.type_name)
 
 

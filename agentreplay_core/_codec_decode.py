@@ -142,12 +142,21 @@ def _dec_npscalar(d: dict[str, Json], restore: bool) -> Any:
 
 
 def _dec_unencodable(d: dict[str, Json], restore: bool) -> Any:
+    path, error = d.get("path"), str(d.get("error"))
+    where = "this value"
+    if isinstance(path, str) and path:  # the place in the recorded value: said once
+        where = f"the value at {path}"
+        error = error.removesuffix(f" (at {path})")
+    hint = "" if "register_type" in error else (
+        ". Make the value JSON-serialisable (plain data, a pydantic model or a dataclass) or "
+        "register an encoder with agentreplay_core.register_type()")
+    if str(d.get("type")) not in error:
+        error = f"a value of type {d.get('type')}: {error}"
     raise CodecFailure(
-        f"this value could not be recorded: encoding a value of type {d.get('type')} failed "
-        f"({d.get('error')}); its repr was {d.get('repr')}. Make the value JSON-serialisable "
-        "(plain data, a pydantic model or a dataclass) or register an encoder with "
-        "agentreplay_core.register_type(), then record the run again",
+        f"{where} could not be recorded ({error}){hint}; its repr was {d.get('repr')}. "
+        "Record the run again once it can be",
         d.get("type") if isinstance(d.get("type"), str) else None,
+        recorded_at=path if isinstance(path, str) and path else None,
     )
 
 

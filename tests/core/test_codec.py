@@ -589,6 +589,11 @@ def test_the_unencodable_marker_survives_storage_and_explains_on_decode() -> Non
     assert "Opaque" in message and "output.tool" in message
     assert "register_type" in message and "JSON-serialisable" in message
     assert decoded.value.path == "$.result"
+    # a whole step stored as the marker: its error names the recorded place, not `$`
+    with pytest.raises(SerializationError) as whole:
+        decode(loads(text))
+    assert whole.value.path == "output.tool" and "(at $)" not in str(whole.value)
+    assert str(whole.value).count("register_type") == 1
 
 
 # --- registered types -----------------------------------------------------------------------
