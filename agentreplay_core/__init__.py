@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from agentreplay_core._codec import canonical_bytes, decode, encode, register_type
     from agentreplay_core._env_session import session_from_env
     from agentreplay_core._errors import (
+        AbandonedStreamReplayed,
         AgentReplayError,
         IntegrityError,
         NetworkAccessDuringReplay,
@@ -52,6 +53,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "DEFAULT_REDACTION_RULES": ("agentreplay_core._redact_rules", "DEFAULT_RULES"),
     "EmbeddingMatch": ("agentreplay_core._model", "EmbeddingMatch"),
     "IntegrityError": ("agentreplay_core._errors", "IntegrityError"),
+    "AbandonedStreamReplayed": ("agentreplay_core._errors", "AbandonedStreamReplayed"),
     "Mode": ("agentreplay_core._session", "Mode"),
     "NetworkAccessDuringReplay": ("agentreplay_core._errors", "NetworkAccessDuringReplay"),
     "Player": ("agentreplay_core._player", "Player"),
@@ -111,6 +113,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DEFAULT_REDACTION_RULES",
+    "AbandonedStreamReplayed",
     "AgentReplayError",
     "EmbeddingMatch",
     "IntegrityError",

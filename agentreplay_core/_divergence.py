@@ -15,7 +15,7 @@ from agentreplay_core._diff import (
     structural_diff,
     summarize,
 )
-from agentreplay_core._errors import ReplayDivergence
+from agentreplay_core._errors import AbandonedStreamReplayed, ReplayDivergence
 from agentreplay_core._model import Step
 from agentreplay_core._plural import counted
 
@@ -168,3 +168,16 @@ def after_caught(later: ReplayDivergence, first: ReplayDivergence) -> ReplayDive
     """A divergence that came after one the replayed code caught, which is likely its cause."""
     quoted = "\n".join("  " + line for line in str(first).splitlines())
     return _copy(later, f"an earlier divergence, {_CAUGHT}, is likely the cause:\n{quoted}")
+
+
+def abandoned_stream(step: Step, served: int | None = None,
+                     unit: str = "chunk") -> AbandonedStreamReplayed:
+    """The error a replay raises when it asks a stream its recording abandoned (after
+    `served` chunks or events; None: for the whole response at once) for more than was
+    recorded. Ending the stream there instead would hand the program a shorter answer than
+    any live model gave, and its behaviour would change without a word."""
+    told = "" if served is None else f" after {counted(served, unit)}"
+    return AbandonedStreamReplayed(
+        f"run {step.run_id}, step {step.step} ({step.kind} {step.name!r}): the recorded "
+        f"stream was abandoned by its consumer{told}; the replay asked for more than was "
+        "recorded. Stop reading the stream where the recorded run did.")

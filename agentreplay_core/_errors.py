@@ -59,6 +59,11 @@ class ReplayedCancellation(AgentReplayError):
     """
 
 
+class AbandonedStreamReplayed(AgentReplayError):
+    """A replay asked a recorded stream its consumer closed part-way for more than was
+    recorded: what a live model would have sent next is unknown (`abandoned_stream`)."""
+
+
 class ReplayedError(AgentReplayError):
     """A recorded error whose original exception type cannot be rebuilt here."""
 

@@ -13,6 +13,17 @@ from agentreplay_core._errors import ReplayedError
 _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
+#: the interrupts a recorded call may end with besides its `Exception`s (Ctrl-C, `sys.exit()`
+#: in a tool): recorded like errors, and raised again as themselves so that the replayed
+#: program stops where the live one did rather than in the agent's `except Exception:`
+INTERRUPTS: tuple[type[BaseException], ...] = (KeyboardInterrupt, SystemExit)
+#: what a call that records its own outcome catches, records as its error and re-raises
+FAILURES: tuple[type[BaseException], ...] = (Exception, *INTERRUPTS)
+#: `FAILURES` and a cancellation (a timeout), recorded so that replay stays aligned
+FAILURES_AND_CANCELLATION: tuple[type[BaseException], ...] = (*FAILURES,
+                                                               asyncio.CancelledError)
+
+
 def is_cancellation(record: Any) -> bool:
     """Whether a recorded error is a call that was cancelled (a timeout, a cancelled task)."""
     return isinstance(record, dict) and record.get("cancelled") is True
@@ -88,9 +99,12 @@ def _resolve_type(module: str, qualname: str) -> type[BaseException] | None:
             obj = getattr(obj, part)
     except Exception:
         return None
-    # BaseExceptions (cancellation, KeyboardInterrupt, SystemExit) are never rebuilt from
-    # data: a cancelled call replays through `is_cancellation` instead.
-    if isinstance(obj, type) and issubclass(obj, Exception):
+    # Other BaseExceptions are never rebuilt from data: a cancelled call replays through
+    # `is_cancellation`, and a tampered run log must not raise a GeneratorExit or a library's
+    # own BaseException past the program's error handling. The built-in interrupts alone
+    # (exactly those classes, not subclasses) are: they can only stop the replay, as they
+    # stopped the recording.
+    if isinstance(obj, type) and (issubclass(obj, Exception) or obj in INTERRUPTS):
         return obj
     return None
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import threading
@@ -24,7 +23,7 @@ from agentreplay_core._keys import (
 )
 from agentreplay_core._model import RunStatus, Step, check_kind
 from agentreplay_core._prepare import oversized_error
-from agentreplay_core._recorded_errors import error_to_record
+from agentreplay_core._recorded_errors import FAILURES_AND_CANCELLATION, error_to_record
 from agentreplay_core._redact import Redactor
 from agentreplay_core._step_chain import Captured, StepChain
 from agentreplay_core._vectors import embedding_output, step_vectors
@@ -207,9 +206,11 @@ class Recorder:
         try:
             with at_path(where):
                 yield outcome
-        except (Exception, asyncio.CancelledError) as exc:
+        except FAILURES_AND_CANCELLATION as exc:
             # A cancelled call (timeout, task cancelled) is recorded too: replay must not serve
-            # the result of the retry that followed it to the call that never finished.
+            # the result of the retry that followed it to the call that never finished. So is
+            # one a Ctrl-C or `sys.exit()` interrupted: replay raises it again there, and the
+            # program stops where it did, instead of asking for a call the run never made.
             self.record(kind, name, input, error_to_record(exc), is_error=True, path=where,
                         match_key=match_key, started_at=started,
                         duration_ms=(time.perf_counter() - t0) * 1000)

@@ -34,6 +34,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
         'agentreplay_langchain needs langchain-core: pip install "agentreplay[langchain]"'
     ) from exc
 
+from agentreplay_core import AbandonedStreamReplayed
 from agentreplay_langchain import _batch_index
 from agentreplay_langchain._chat_model import ReplayChatModel
 from agentreplay_langchain._compat import SUPPORTED_LANGCHAIN_CORE
@@ -49,7 +50,6 @@ from agentreplay_langchain._replayable import (
     replayable_tools,
 )
 from agentreplay_langchain._retriever import ReplayRetriever
-from agentreplay_langchain._served import AbandonedStreamReplayed
 from agentreplay_langchain._tools import (
     ReplayTool,
     areplay_tool_call,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timezone
@@ -13,7 +12,7 @@ from langchain_core.embeddings import Embeddings
 from agentreplay_core import Player, Recorder
 from agentreplay_core._keys import at_path, clean_label, current_path, join_path
 from agentreplay_core._player import checked_player
-from agentreplay_core._recorded_errors import error_to_record
+from agentreplay_core._recorded_errors import FAILURES, FAILURES_AND_CANCELLATION, error_to_record
 from agentreplay_langchain._requests import embedding_request
 
 T = TypeVar("T")
@@ -51,7 +50,7 @@ class RecordingEmbeddings(Embeddings):
         try:
             with at_path(path):
                 result = call()
-        except Exception as exc:
+        except FAILURES as exc:
             self._store_error(request, exc, started, t0, path)
             raise
         self._store(request, mode, result, started, t0, path)
@@ -64,7 +63,7 @@ class RecordingEmbeddings(Embeddings):
         try:
             with at_path(path):
                 result = await call()
-        except (Exception, asyncio.CancelledError) as exc:
+        except FAILURES_AND_CANCELLATION as exc:
             # a cancelled call (a timeout) is recorded too, so that replay does not hand the
             # result of the retry that followed to the call that never finished
             self._store_error(request, exc, started, t0, path)

@@ -13,7 +13,7 @@ from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, Field
 
 from agentreplay_core import Player
-from agentreplay_core._recorded_errors import recorded_error
+from agentreplay_core._recorded_errors import FAILURES, recorded_error
 from agentreplay_langchain._convert import DOCUMENTS, dump, retriever_output, revive
 from agentreplay_langchain._custom_events import adispatch_again, dispatch_again, error_events
 from agentreplay_langchain._instrument import untracked
@@ -61,7 +61,7 @@ class ReplayRetriever(BaseRetriever):
             stored = self.player.next(
                 "retriever", "retriever", retriever_request(query),
                 path=self._path(run_manager), live=retrieve if live else None)
-        except Exception as replayed:
+        except FAILURES as replayed:  # an interrupt replayed too
             dispatch_again(run_manager, error_events(replayed))
             stream_again(recorded_error(replayed))
             raise
@@ -87,7 +87,7 @@ class ReplayRetriever(BaseRetriever):
             stored = await self.player.anext(
                 "retriever", "retriever", retriever_request(query),
                 path=self._path(run_manager), live=retrieve if live else None)
-        except Exception as replayed:
+        except FAILURES as replayed:  # an interrupt replayed too
             await adispatch_again(run_manager, error_events(replayed))
             stream_again(recorded_error(replayed))
             raise

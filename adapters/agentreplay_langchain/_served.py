@@ -31,10 +31,10 @@ from langchain_core.outputs import (
 )
 from langchain_core.runnables.config import var_child_runnable_config
 
-from agentreplay_core import AgentReplayError, Player, ReplayDivergence, Step, decode
+from agentreplay_core import Player, ReplayDivergence, Step, decode
 from agentreplay_core._codec import TAG
+from agentreplay_core._divergence import abandoned_stream
 from agentreplay_core._key_order import in_key_order
-from agentreplay_core._plural import counted
 from agentreplay_core._recorded_errors import error_from_record, is_cancellation
 from agentreplay_langchain._construct import chat_generation
 from agentreplay_langchain._convert import (
@@ -46,10 +46,6 @@ from agentreplay_langchain._convert import (
     storable,
 )
 from agentreplay_langchain._instrument import untracked
-
-
-class AbandonedStreamReplayed(AgentReplayError):
-    """The recorded stream was closed by its consumer part-way, so what came after is unknown."""
 
 
 class Encoded:
@@ -89,11 +85,7 @@ def error_of(step: Step, output: dict[str, Any], served: int | None = None,
     """The exception a recorded failed model call raises again (after `served` chunks or
     events of its stream)."""
     if output.get("abandoned"):
-        told = "" if served is None else f" after {counted(served, unit)}"
-        return AbandonedStreamReplayed(
-            f"run {step.run_id}, step {step.step} ({step.kind} {step.name!r}): the recorded "
-            f"stream was abandoned by its consumer{told}; the replay asked for more than was "
-            "recorded. Stop reading the stream where the recorded run did.")
+        return abandoned_stream(step, served, unit)
     # a live call of a forked run recorded its error as the step's whole output
     return error_from_record(output.get("error", output))
 

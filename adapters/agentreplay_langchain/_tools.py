@@ -20,7 +20,7 @@ from langchain_core.tools import BaseTool, Tool
 from pydantic import ConfigDict, Field
 
 from agentreplay_core import Player
-from agentreplay_core._recorded_errors import error_to_record, recorded_error
+from agentreplay_core._recorded_errors import FAILURES, error_to_record, recorded_error
 from agentreplay_langchain._compat import keep_signatures, tool_start_inputs
 from agentreplay_langchain._convert import tool_output, tool_result
 from agentreplay_langchain._custom_events import adispatch_again, dispatch_again, error_events
@@ -154,7 +154,7 @@ class ReplayTool(BaseTool):
         try:
             output = self.player.next("tool", self.name, invocation.request, path=path,
                                       live=live)
-        except Exception as replayed:
+        except FAILURES as replayed:  # an interrupt replayed too
             dispatch_again(run_manager, error_events(replayed))
             stream_again(recorded_error(replayed))
             pause_again(replayed)  # a LangGraph interrupt pauses the graph as it did
@@ -172,7 +172,7 @@ class ReplayTool(BaseTool):
         try:
             output = await self.player.anext("tool", self.name, invocation.request, path=path,
                                              live=live)
-        except Exception as replayed:
+        except FAILURES as replayed:  # an interrupt replayed too
             await adispatch_again(run_manager, error_events(replayed))
             stream_again(recorded_error(replayed))
             pause_again(replayed)

@@ -56,6 +56,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
         'agentreplay_llamaindex needs llama-index-core: pip install "agentreplay[llamaindex]"'
     ) from exc
 
+from agentreplay_core import AbandonedStreamReplayed
 from agentreplay_llamaindex import _loop_threads
 from agentreplay_llamaindex._compat import SUPPORTED_VERSIONS
 from agentreplay_llamaindex._handlers import RecordingEventHandler, RecordingSpanHandler
@@ -74,6 +75,7 @@ from agentreplay_llamaindex._replayable import (
 
 __all__ = [
     "SUPPORTED_VERSIONS",
+    "AbandonedStreamReplayed",
     "Instrumentation",
     "RecordingEventHandler",
     "RecordingSpanHandler",

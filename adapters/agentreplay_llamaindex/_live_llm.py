@@ -8,7 +8,6 @@ agent, which one `ReplayLLM` serves; the live model's own metadata is in the ste
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncGenerator, Callable, Generator
 from typing import Any
 
@@ -17,7 +16,11 @@ from llama_index.core.llms.llm import LLM
 
 from agentreplay_core import Recorder
 from agentreplay_core._keys import at_path
-from agentreplay_core._recorded_errors import error_to_record
+from agentreplay_core._recorded_errors import (
+    FAILURES,
+    FAILURES_AND_CANCELLATION,
+    error_to_record,
+)
 from agentreplay_llamaindex._llm_calls import (
     LlmCall,
     chunk_item,
@@ -81,7 +84,7 @@ class LiveLLM:
         try:
             with at_path(path):  # what the model draws sits inside its step, as recorded
                 result = getattr(self.llm, method)(payload, *positional, **live_kwargs)
-        except Exception as err:
+        except FAILURES as err:  # a Ctrl-C too, as the handlers record it
             write_error(fork, call, err)
             raise
         if stream:
@@ -96,7 +99,7 @@ class LiveLLM:
         try:
             with at_path(path):
                 result = await getattr(self.llm, method)(payload, *positional, **live_kwargs)
-        except (Exception, asyncio.CancelledError) as err:
+        except FAILURES_AND_CANCELLATION as err:
             write_error(fork, call, err)
             raise
         if stream:
@@ -128,7 +131,7 @@ class LiveLLM:
         except GeneratorExit:
             write_call(fork, call, response=None, abandoned=True)
             raise
-        except Exception as err:
+        except FAILURES as err:
             write_call(fork, call, response=None, error=error_to_record(err))
             raise
         write_call(fork, call, response=last)
@@ -149,7 +152,7 @@ class LiveLLM:
         except GeneratorExit:
             write_call(fork, call, response=None, abandoned=True)
             raise
-        except (Exception, asyncio.CancelledError) as err:
+        except FAILURES_AND_CANCELLATION as err:
             write_call(fork, call, response=None, error=error_to_record(err))
             raise
         write_call(fork, call, response=last)

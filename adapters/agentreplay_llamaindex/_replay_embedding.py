@@ -11,7 +11,7 @@ from pydantic import PrivateAttr
 
 from agentreplay_core import Player, Recorder, ReplayDivergence
 from agentreplay_core._keys import at_path, join_path
-from agentreplay_core._recorded_errors import error_to_record
+from agentreplay_core._recorded_errors import FAILURES, error_to_record
 from agentreplay_llamaindex._recorded import recorded_name
 from agentreplay_llamaindex._routing import tracked_tree
 from agentreplay_llamaindex._tracking import live_path, replay_path
@@ -96,7 +96,7 @@ class ReplayEmbedding(BaseEmbedding):
             with at_path(self._live_path(path)):
                 got = [self._live._get_query_embedding(texts[0])] if mode == "query" \
                     else self._live._get_text_embeddings(texts)
-        except Exception as err:
+        except FAILURES as err:  # a Ctrl-C too, as a recording does
             self._record_error(fork, mode, texts[0], err, path, started, t0)
             raise
         return self._record(fork, mode, texts, got, path, started, t0)
@@ -109,7 +109,7 @@ class ReplayEmbedding(BaseEmbedding):
             with at_path(self._live_path(path)):
                 got = [await self._live._aget_query_embedding(texts[0])] if mode == "query" \
                     else await self._live._aget_text_embeddings(texts)
-        except Exception as err:
+        except FAILURES as err:  # a Ctrl-C too, as a recording does
             self._record_error(fork, mode, texts[0], err, path, started, t0)
             raise
         return self._record(fork, mode, texts, got, path, started, t0)
@@ -129,7 +129,7 @@ class ReplayEmbedding(BaseEmbedding):
                         started_at=started, duration_ms=ms)
         return vectors
 
-    def _record_error(self, fork: Recorder, mode: str, text: str, err: Exception,
+    def _record_error(self, fork: Recorder, mode: str, text: str, err: BaseException,
                       path: str | None, started: datetime, t0: float) -> None:
         # the recording puts a failed batch's error on its first text not yet embedded
         fork.record("embedding", self.model_name, {"mode": mode, "text": text},

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, Generator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -23,8 +24,9 @@ from llama_index.core.llms.llm import LLM
 from llama_index.core.tools import ToolSelection
 from pydantic import Field, PrivateAttr
 
-from agentreplay_core import Player, Recorder, ReplayDivergence
-from agentreplay_core._recorded_errors import error_from_record
+from agentreplay_core import Player, Recorder, ReplayDivergence, Step, decode
+from agentreplay_core._divergence import abandoned_stream
+from agentreplay_core._recorded_errors import error_from_record, is_cancellation
 from agentreplay_llamaindex._chunk_growth import expanded_growth
 from agentreplay_llamaindex._chunk_texts import expanded, texts_of
 from agentreplay_llamaindex._convert import (
@@ -47,6 +49,8 @@ if TYPE_CHECKING:
 
 #: responses remembered for `get_tool_calls_from_response` (agents ask right after the call)
 _REMEMBERED = 256
+#: a recorded step and its output (decoded), as served to one call
+Served = tuple[Step, dict[str, Any]]
 
 
 def _recorded_chunks(chunks: list[dict[str, Any]]
@@ -63,6 +67,15 @@ def _recorded_chunks(chunks: list[dict[str, Any]]
         before = {**whole, "response": stored}
         served.append((response_from_json(stored), whole.get("tool_calls")))
     return served
+
+
+async def _served_async(player: Player, step: Step) -> Served:
+    """`player.anext` for a step already taken: a call that was cancelled while recording (a
+    timeout cut it short) never completes here either, so the caller's same timeout fires
+    again."""
+    if step.is_error and is_cancellation(decode(step.output, restore_objects=False)):
+        await asyncio.Event().wait()  # until cancelled, as during recording
+    return step, player.result_of(step)
 
 
 class ReplayLLM(FunctionCallingLLM):
@@ -130,69 +143,68 @@ class ReplayLLM(FunctionCallingLLM):
         return [(view, None),
                 (legacy, llm_match_key(self.recorded_name, legacy, self._player.redactor))]
 
-    def _take(self, mode: str, payload: Any, kwargs: dict[str, Any]
-              ) -> dict[str, Any] | Recorder:
-        """The recorded output, or the forked run's recorder when this call goes live."""
+    def _take(self, mode: str, payload: Any, kwargs: dict[str, Any]) -> Served | Recorder:
+        """The recorded step and output, or the forked run's recorder when this call goes
+        live. The step, not only its output: an error about it names it."""
         asks = self._asks(mode, payload, kwargs)
         player = self._player
         if self._live is not None and player.fork is not None:
             return player.fork  # after the first divergence every call goes live
         for request, key in asks[:-1]:
             with contextlib.suppress(ReplayDivergence):
-                out: dict[str, Any] = player.next("llm", self.recorded_name, request,
-                                                  match_key=key, path=replay_path(),
-                                                  tentative=True)
-                return out
+                step = player.next_step("llm", self.recorded_name, request, match_key=key,
+                                        path=replay_path(), tentative=True)
+                return step, player.result_of(step)
         request, key = asks[-1]
         try:
-            out = player.next("llm", self.recorded_name, request, match_key=key,
-                              path=replay_path())
+            step = player.next_step("llm", self.recorded_name, request, match_key=key,
+                                    path=replay_path())
         except ReplayDivergence as diverged:
             if self._live is None:
                 raise
             return player.go_live(diverged)  # raises it unless on_divergence="live"
-        return out
+        return step, player.result_of(step)
 
     async def _atake(self, mode: str, payload: Any, kwargs: dict[str, Any]
-                     ) -> dict[str, Any] | Recorder:
+                     ) -> Served | Recorder:
         asks = self._asks(mode, payload, kwargs)
         player = self._player
         if self._live is not None and player.fork is not None:
             return player.fork
         for request, key in asks[:-1]:
             with contextlib.suppress(ReplayDivergence):
-                out: dict[str, Any] = await player.anext("llm", self.recorded_name, request,
-                                                         match_key=key, path=replay_path(),
-                                                         tentative=True)
-                return out
+                step = player.next_step("llm", self.recorded_name, request, match_key=key,
+                                        path=replay_path(), tentative=True)
+                return await _served_async(player, step)
         request, key = asks[-1]
         try:
-            out = await player.anext("llm", self.recorded_name, request, match_key=key,
-                                     path=replay_path())
+            step = player.next_step("llm", self.recorded_name, request, match_key=key,
+                                    path=replay_path())
         except ReplayDivergence as diverged:
             if self._live is None:
                 raise
             return player.go_live(diverged)
-        return out
+        return await _served_async(player, step)
 
     def _serve(self, method: str, mode: str, payload: Any, kwargs: dict[str, Any],
                *positional: Any) -> Any:
         """The recorded response (or stream) for this call, or the live LLM's."""
-        out = self._take(mode, payload, kwargs)
-        if isinstance(out, Recorder):
+        served = self._take(mode, payload, kwargs)
+        if isinstance(served, Recorder):
             assert self._live is not None
-            return self._live.call(out, method, mode, payload, kwargs,
+            return self._live.call(served, method, mode, payload, kwargs,
                                    live_path("llm", self.recorded_name), *positional)
-        return self._stream(out) if method.startswith("stream") else self._final(out)
+        return self._stream(*served) if method.startswith("stream") else self._final(*served)
 
     async def _aserve(self, method: str, mode: str, payload: Any, kwargs: dict[str, Any],
                       *positional: Any) -> Any:
-        out = await self._atake(mode, payload, kwargs)
-        if isinstance(out, Recorder):
+        served = await self._atake(mode, payload, kwargs)
+        if isinstance(served, Recorder):
             assert self._live is not None
-            return await self._live.acall(out, method, mode, payload, kwargs,
+            return await self._live.acall(served, method, mode, payload, kwargs,
                                           live_path("llm", self.recorded_name), *positional)
-        return self._astream(out) if method.startswith("astream") else self._final(out)
+        return self._astream(*served) if method.startswith("astream") \
+            else self._final(*served)
 
     def _remember(self, response: Any, tool_calls: list[dict[str, Any]] | None) -> None:
         self._served.append((response, tool_calls))
@@ -209,17 +221,19 @@ class ReplayLLM(FunctionCallingLLM):
             response.delta = text or ""
         return [(response, out.get("tool_calls"))]
 
-    def _final(self, out: dict[str, Any]) -> Any:
+    def _final(self, step: Step, out: dict[str, Any]) -> Any:
         """The one response a non-streaming call returns (a recorded stream's last chunk)."""
         if out.get("error"):
             raise error_from_record(out["error"])
+        if out.get("abandoned"):  # the whole response was never received
+            raise abandoned_stream(step)
         response, tool_calls = response_from_json(out.get("response")), out.get("tool_calls")
         if response is None and out.get("chunks"):
             response, tool_calls = _recorded_chunks(out["chunks"])[-1]
         self._remember(response, tool_calls)
         return response
 
-    def _stream(self, out: dict[str, Any]) -> Generator[Any, None, None]:
+    def _stream(self, step: Step, out: dict[str, Any]) -> Generator[Any, None, None]:
         chunks = self._chunks(out)
         self._window = max(self._window, len(chunks))
         for response, tool_calls in chunks:
@@ -227,9 +241,14 @@ class ReplayLLM(FunctionCallingLLM):
             yield response
         if out.get("error"):  # the recorded stream failed after these chunks
             raise error_from_record(out["error"])
+        if out.get("abandoned"):
+            # The recording stopped reading here; a live model would have gone on. Ending
+            # the stream would hand the program a shorter answer than any model gave. (A
+            # replay that stops reading here too never asks: the generator is closed.)
+            raise abandoned_stream(step, len(chunks))
 
-    async def _astream(self, out: dict[str, Any]) -> AsyncGenerator[Any, None]:
-        for response in self._stream(out):
+    async def _astream(self, step: Step, out: dict[str, Any]) -> AsyncGenerator[Any, None]:
+        for response in self._stream(step, out):
             yield response
 
     # -- chat -----------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from llama_index.core.tools.types import AsyncBaseTool, BaseTool, ToolMetadata, 
 
 from agentreplay_core import Player
 from agentreplay_core._player import checked_player
-from agentreplay_core._recorded_errors import recorded_error
+from agentreplay_core._recorded_errors import FAILURES, recorded_error
 from agentreplay_llamaindex._context_tools import TakesContext, made_for
 from agentreplay_llamaindex._convert import (
     tool_output_from_storage,
@@ -70,7 +70,7 @@ class ReplayTool(AsyncBaseTool):
                 self._player, "tool", self._metadata.get_name(), tool_request(args, kwargs),
                 live=None if tool is None else run, to_step=live.to_step,
                 from_step=_keeping(served), path=replay_path())
-        except Exception as exc:
+        except FAILURES as exc:  # a replayed Ctrl-C left its effects too
             served[:] = _recorded_effects(exc)
             raise
         finally:  # what the tool wrote before it returned or raised
@@ -95,7 +95,7 @@ class ReplayTool(AsyncBaseTool):
                 self._player, "tool", self._metadata.get_name(), tool_request(args, kwargs),
                 live=None if tool is None else run, to_step=live.to_step,
                 from_step=_keeping(served), path=replay_path())
-        except Exception as exc:
+        except FAILURES as exc:  # a replayed Ctrl-C left its effects too
             served[:] = _recorded_effects(exc)
             raise
         finally:

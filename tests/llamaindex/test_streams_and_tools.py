@@ -62,8 +62,10 @@ def test_abandoned_stream_is_recorded_up_to_where_the_host_stopped(li_store: Sto
         live = [next(stream), next(stream)]
         stream.close()  # the host walks away; no end event ever fires
     [step] = li_store.load_steps(rec.run_id)
-    with li_store.replay(rec.run_id) as player:
-        replayed = list(ReplayLLM(player).stream_chat(HELLO))
+    with li_store.replay(rec.run_id) as player:  # stopping where the recording did
+        stream = ReplayLLM(player).stream_chat(HELLO)
+        replayed = [next(stream), next(stream)]
+        stream.close()
     assert [(c.message.content, c.delta) for c in replayed] == \
         [(c.message.content, c.delta) for c in live]
     assert step.output["abandoned"] is True
