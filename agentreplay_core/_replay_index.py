@@ -10,7 +10,6 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Container, Iterable
-from datetime import datetime
 
 from agentreplay_core._model import Step
 
@@ -70,8 +69,13 @@ class _Queue:
         return items[head] if head < len(items) else None
 
 
-def _started(step: Step) -> datetime:
-    return step.started_at
+def _started(step: Step) -> float:
+    """When a step's call started, as a number: a time given without a zone (`rec.record(...,
+    started_at=datetime.now())`) compares with the recorder's own, as local time."""
+    try:
+        return step.started_at.timestamp()
+    except (AttributeError, OverflowError, OSError, ValueError):  # no time: with the earliest
+        return float("-inf")
 
 
 class KeyedQueues:

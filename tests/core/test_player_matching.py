@@ -118,6 +118,15 @@ def test_identical_requests_are_served_in_the_order_they_started(any_store: Stor
         assert player.next("tool", "fetch", {"url": "u"}) == "retried: ok"
 
 
+def test_start_times_with_and_without_a_zone_compare(memory_store: Store) -> None:
+    # the recorder's times are in UTC; one a program gives without a zone is local time
+    with memory_store.record() as rec:
+        rec.record("tool", "fetch", {}, "later", started_at=datetime.now() + timedelta(hours=1))
+        rec.record("tool", "fetch", {}, "earlier")  # now, in UTC
+    with memory_store.replay(rec.run_id) as player:
+        assert [player.next("tool", "fetch", {}) for _ in range(2)] == ["earlier", "later"]
+
+
 def _seconds_per_call(store: Store, steps: int) -> float:
     """Best time per `player.next` over a run of `steps` calls, each with an inner step."""
     with store.record() as rec:
