@@ -27,7 +27,13 @@ from agentreplay_core._redact_rules import (
     FieldTextRule,
     RedactionRule,
 )
-from agentreplay_core._redact_text_strings import TextString, TextStrings
+from agentreplay_core._redact_text_strings import (
+    ESCAPED_LINE_BREAK,
+    ESCAPED_SPACE,
+    TextString,
+    TextStrings,
+    escaped_at,
+)
 
 #: characters from commonest to rarest in prose and JSON-ish text (a rough ranking; any other
 #: character counts as rarer still)
@@ -242,6 +248,7 @@ def _taken(rule: RedactionRule, matches: Iterable[re.Match[str]], s: str, order:
                       _at_an_escapes_letter(s, m.start())):
             continue
         ends = len(s)  # where what follows the name ends: the string the name is in, if any
+        level = None  # ... that string
         quotes = None  # how an object's quotes are escaped, if not as the name's are
         structured = text_structured  # whether what the object is part of is JSON or a repr
         if names_quoted and (m.group("quote") or (opens and m.start("open") >= 0)) and \
@@ -258,7 +265,7 @@ def _taken(rule: RedactionRule, matches: Iterable[re.Match[str]], s: str, order:
                 # follows it ends with the string (`'... password: ', 'x'`: the quote closes
                 # it; `'password: ["'`: the bracket opens nothing past it), and is read as the
                 # string alone would be (`"password: {\"a\": \"x\"}"`: one level down)
-                ends = inside.closes
+                ends, level = inside.closes, inside
                 if m.group("quote") and m.start("quote") >= ends:
                     continue  # the quote after the name closes the string the name is in
                 quotes = inside.inner_quotes()
@@ -276,13 +283,17 @@ def _taken(rule: RedactionRule, matches: Iterable[re.Match[str]], s: str, order:
         start, end = m.span(group)
         end = min(end, ends)  # a value quoted inside a string runs on no further than it
         # (an unquoted one stops at any quote)
-        if text_structured and names_quoted and not m.group("quote") and \
-                "\\" in s[start:end]:
+        if text_structured and names_quoted and "\\" in s[start:end]:
             # nor does an unquoted one run over a line break or tab JSON or a repr escaped
-            # (`password: x\nuser: ann`), where the string alone ends it; cut short, it is no
-            # value, as there
-            strings = TextStrings(s) if strings is None else strings
-            space = _escaped_space(s, start, end, strings.around(m.start())[0])
+            # (`password: x\nuser: ann`), or a quoted one after a name in a string over a
+            # line break (`'password: "\npassword: "x'`), where the string alone ends it; cut
+            # short, it is no value, as there
+            if m.group("quote"):
+                space = _escaped_space(s, start, end, level, ESCAPED_LINE_BREAK) \
+                    if level is not None else None
+            else:
+                strings = TextStrings(s) if strings is None else strings
+                space = _escaped_space(s, start, end, strings.around(m.start())[0])
             if space is not None:
                 if space - start < _SHORTEST_VALUE:
                     continue
@@ -293,20 +304,14 @@ def _taken(rule: RedactionRule, matches: Iterable[re.Match[str]], s: str, order:
     return out
 
 
-#: a run of backslashes before the letter of an escaped line break or tab, or not
-_ESCAPED_SPACE = re.compile(r"(?<!\\)(\\+)[nrt]")
 _SHORTEST_VALUE = 6  # `_redact_rules._VALUE`
 
 
-def _escaped_space(s: str, start: int, end: int, inside: TextString | None) -> int | None:
-    """Where the first line break or tab escaped at the level of the string `inside` (the
-    text's own, if None) starts in `s[start:end]`: each backslash of that string is `factor`
-    of the text's, so its `\\n` is a run of `factor` (mod twice that) before the `n`."""
-    factor = 1 if inside is None else inside.factor
-    for m in _ESCAPED_SPACE.finditer(s, start, end):
-        if len(m.group(1)) % (2 * factor) == factor:
-            return m.start()
-    return None
+def _escaped_space(s: str, start: int, end: int, inside: TextString | None,
+                   escapes: re.Pattern[str] = ESCAPED_SPACE) -> int | None:
+    """`escaped_at` at the level of the string `inside` (the text's own, if None)."""
+    return escaped_at(s, start, end, 1 if inside is None else inside.factor, escapes)
+
 
 #: how JSON text, a repr, or JSON text inside JSON text starts
 _JSON_OR_REPR = re.compile(r"\s*[\[{\"]")

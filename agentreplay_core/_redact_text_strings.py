@@ -29,6 +29,21 @@ _ONE_STRING = re.compile(r"\s*\"")
 _HOLDS_OBJECT = re.compile(r"(?:\s|\\+[nrt])*[\[{]")
 _QUOTES = re.compile(r"[\"']")
 _MAX_LEVELS = 4
+#: a run of backslashes before the letter of an escaped line break or tab (or of a
+#: backslash and that letter, one level down), and of a line break alone
+ESCAPED_SPACE = re.compile(r"(?<!\\)(\\+)[nrt]")
+ESCAPED_LINE_BREAK = re.compile(r"(?<!\\)(\\+)n")
+
+
+def escaped_at(text: str, start: int, end: int, factor: int,
+               escapes: re.Pattern[str] = ESCAPED_SPACE) -> int | None:
+    """Where the first line break or tab (`escapes`) escaped at the level where each
+    backslash is `factor` of the text's starts in `text[start:end]`: its `\\n` is a run of
+    `factor` (mod twice that) before the `n`, as a run of twice that is a backslash."""
+    for m in escapes.finditer(text, start, end):
+        if len(m.group(1)) % (2 * factor) == factor:
+            return m.start()
+    return None
 
 
 class TextString(NamedTuple):
@@ -124,7 +139,9 @@ def _inside(text: str, outer: TextString, both_kinds: bool) -> list[TextString]:
     """The strings in `outer`'s body, in order: a quote with its kind's backslashes before
     it (no more: a quote with more is inside a string one level further down) opens one,
     which ends at its closing quote; one not closed inside `outer` is none (an apostrophe).
-    Quotes of the other kind than `outer`'s count only if `both_kinds`."""
+    Quotes of the other kind than `outer`'s count only if `both_kinds`. No string spans a
+    line break of `outer`'s (JSON's strings cannot, and a quotation read as one would hide
+    what follows it from the rules, which read the line as text alone does)."""
     found = []
     body_end = outer.closes
     at = outer.body
@@ -135,7 +152,8 @@ def _inside(text: str, outer: TextString, both_kinds: bool) -> list[TextString]:
         if run != escapes or not (both_kinds or quote == outer.quote):
             continue
         closes = string_end(text, m.end(), quote, escapes, outer.inner_period)
-        if closes is None or closes >= body_end:
+        if closes is None or closes >= body_end or \
+                escaped_at(text, m.end(), closes, outer.factor, ESCAPED_LINE_BREAK) is not None:
             continue
         end = closes + escapes + 1
         found.append(TextString(m.start() - escapes, end, closes, quote, escapes,

@@ -12,7 +12,7 @@ import pytest
 
 from agentreplay_core import Redactor
 from agentreplay_core._redact_rules import PLACEHOLDER
-from tests.support.text_forms import json_nested, read_nested
+from tests.support.text_forms import FORMS, json_nested, read_nested, written
 
 REDACTOR = Redactor(key=b"text-structure")
 
@@ -347,3 +347,20 @@ def test_what_follows_a_quoted_name_in_a_string_ends_with_that_string() -> None:
     value = {"a": '{"password": "hunter2 x", "b": 1}', "c": "it's"}
     redacted = ast.literal_eval(REDACTOR.redact(repr(value)))
     assert json.loads(redacted["a"])["b"] == 1 and "hunter2" not in redacted["a"]
+
+
+@pytest.mark.parametrize("line", [
+    "password'='\npassword'='s3cr3t-value",  # the fuzzer's seed 56, in a repr
+    'password: "\npassword: "s3cr3t-value',  # a quote left open on one line, a name on the next
+    "note: 'one\ntwo' and api_key: 's3cr3t-value'",
+])
+@pytest.mark.parametrize("form", FORMS)
+def test_a_quoted_value_in_a_string_ends_at_its_line_as_the_string_alone_reads_it(
+        line: str, form: str) -> None:
+    # a quote in a string of JSON or a repr opened a value that ran over the escaped line
+    # break, hiding the next line's name, whose secret was kept; the string alone takes it
+    redactor = REDACTOR
+    write, read = written(form, None, True)
+    redacted = redactor.redact(write({"x": line}))
+    assert "s3cr3t-value" not in redacted
+    assert read(redacted)["x"] == redactor.redact(line)
