@@ -378,9 +378,13 @@ class Player:
         if isinstance(target, Recorder):
             assert live is not None
             return await target.acall(kind, name, request, live, path=path, match_key=match_key)
-        step = target
+        return await self.aresult_of(target)
+
+    async def aresult_of(self, step: Step) -> Any:
+        """`result_of` for async code: a step whose call was cancelled while recording never
+        completes here either (until cancelled, as during recording)."""
         if step.is_error and is_cancellation(decode(step.output, restore_objects=False)):
-            await asyncio.Event().wait()  # until cancelled, as during recording
+            await asyncio.Event().wait()
         return self.result_of(step)
 
     def result_of(self, step: Step) -> Any:

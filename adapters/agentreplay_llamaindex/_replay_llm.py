@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, Generator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -24,9 +23,9 @@ from llama_index.core.llms.llm import LLM
 from llama_index.core.tools import ToolSelection
 from pydantic import Field, PrivateAttr
 
-from agentreplay_core import Player, Recorder, ReplayDivergence, Step, decode
+from agentreplay_core import Player, Recorder, ReplayDivergence, Step
 from agentreplay_core._divergence import abandoned_stream
-from agentreplay_core._recorded_errors import error_from_record, is_cancellation
+from agentreplay_core._recorded_errors import error_from_record
 from agentreplay_llamaindex._chunk_growth import expanded_growth
 from agentreplay_llamaindex._chunk_texts import expanded, texts_of
 from agentreplay_llamaindex._convert import (
@@ -67,15 +66,6 @@ def _recorded_chunks(chunks: list[dict[str, Any]]
         before = {**whole, "response": stored}
         served.append((response_from_json(stored), whole.get("tool_calls")))
     return served
-
-
-async def _served_async(player: Player, step: Step) -> Served:
-    """`player.anext` for a step already taken: a call that was cancelled while recording (a
-    timeout cut it short) never completes here either, so the caller's same timeout fires
-    again."""
-    if step.is_error and is_cancellation(decode(step.output, restore_objects=False)):
-        await asyncio.Event().wait()  # until cancelled, as during recording
-    return step, player.result_of(step)
 
 
 class ReplayLLM(FunctionCallingLLM):
@@ -175,7 +165,7 @@ class ReplayLLM(FunctionCallingLLM):
             with contextlib.suppress(ReplayDivergence):
                 step = player.next_step("llm", self.recorded_name, request, match_key=key,
                                         path=replay_path(), tentative=True)
-                return await _served_async(player, step)
+                return step, await player.aresult_of(step)
         request, key = asks[-1]
         try:
             step = player.next_step("llm", self.recorded_name, request, match_key=key,
@@ -184,7 +174,7 @@ class ReplayLLM(FunctionCallingLLM):
             if self._live is None:
                 raise
             return player.go_live(diverged)
-        return await _served_async(player, step)
+        return step, await player.aresult_of(step)
 
     def _serve(self, method: str, mode: str, payload: Any, kwargs: dict[str, Any],
                *positional: Any) -> Any:
