@@ -37,22 +37,23 @@ STATUS_STYLE = {
 }
 
 
-def _is_unavailable(exc: BaseException) -> bool:
+def _is_database_error(exc: BaseException, *names: str) -> bool:
+    """Whether `exc` is one of the PostgreSQL store's errors named `names`."""
     try:
-        from agentreplay_core.stores._pgconn import DatabaseUnavailable
-    except ImportError:  # no PostgreSQL support installed: no such error either
+        from agentreplay_core.stores import _pgconn
+    except ImportError:  # no PostgreSQL support installed: no such errors either
         return False
-    return isinstance(exc, DatabaseUnavailable)
+    return isinstance(exc, tuple(getattr(_pgconn, name) for name in names))
+
+
+def _is_unavailable(exc: BaseException) -> bool:
+    return _is_database_error(exc, "DatabaseUnavailable")
 
 
 def is_transient(exc: BaseException) -> bool:
     """An error of the database, not of the run being read: unreachable, or a statement
     cancelled for taking too long (retrying may help)."""
-    try:
-        from agentreplay_core.stores._pgconn import DatabaseTimeout, DatabaseUnavailable
-    except ImportError:  # no PostgreSQL support installed: no such errors either
-        return False
-    return isinstance(exc, (DatabaseUnavailable, DatabaseTimeout))
+    return _is_database_error(exc, "DatabaseUnavailable", "DatabaseTimeout")
 
 
 def unreadable_run_files(store: Store) -> list[tuple[Path, str]]:
