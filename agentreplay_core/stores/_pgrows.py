@@ -172,7 +172,7 @@ def binary_step_rows(steps: Iterable[PendingStep], session_zone: tzinfo
     yield out
 
 
-def binary_vector_rows(rows: Sequence[tuple[UUID, int, int, bytes]]) -> Iterator[bytearray]:
+def binary_vector_rows(rows: Iterable[tuple[UUID, int, int, bytes]]) -> Iterator[bytearray]:
     """(run id, step, position, `vector_binary` bytes) rows as binary COPY data for the
     embeddings table's columns (run_id, step, position, dims, embedding)."""
     out = bytearray(COPY_HEADER)

@@ -9,8 +9,8 @@ one multi-row INSERT, and more as one binary COPY.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, TypeVar
 from uuid import UUID
 
 import psycopg
@@ -40,6 +40,14 @@ from agentreplay_core.stores._pgrows import (
 
 #: batches up to this many steps (without vectors) are written with one INSERT, not COPY
 SMALL_BATCH = 8
+#: the payload bytes one statement carries at most (a row larger than this goes alone). Every
+#: statement must end within `write_statement_timeout` (10 s by default): ten steps of 120 MB,
+#: each allowed by `max_value_bytes`, went as one COPY that the server cancelled on every
+#: retry and on every load of the spool, so they were never stored. A transaction may hold
+#: many statements: a batch stays all or nothing.
+STATEMENT_BYTES = 32 * 1024 * 1024
+
+_T = TypeVar("_T")
 
 
 class PostgresWrites(PostgresPart):
@@ -92,12 +100,13 @@ class PostgresWrites(PostgresPart):
         assert named is not None
         action = f"store run {named.run_id} with {counted(len(steps), 'step')}"
         vectors = self._vector_rows(embeddings)
-        if len(steps) <= SMALL_BATCH:
+        few = _few(steps)
+        if few:
             finish = made(finish)  # few rows to make first
         if run is not None and isinstance(finish, RunFinish) and run.run_id == finish.run_id:
             run, finish = _sealed_run(run, finish), None
         with self._connection(action, self.write_timeout, write=True) as conn:
-            if len(steps) <= SMALL_BATCH and not vectors and (run is None or finish is None):
+            if few and not vectors and (run is None or finish is None):
                 self._one_statement(conn, run, steps, made(finish))
                 return
             if run is not None and isinstance(finish, SealLater) \
@@ -170,12 +179,13 @@ class PostgresWrites(PostgresPart):
         action = f"store {counted(len(steps), 'step')} of run {', '.join(runs[:3]) or '-'}{more}"
         try:
             with self._connection(action, self.write_timeout, write=True) as conn:
-                if not vectors and len(steps) <= SMALL_BATCH:
+                few = _few(steps)
+                if not vectors and few:
                     # A single INSERT is atomic on its own: one round trip instead of
                     # BEGIN + COPY + COMMIT, which is what a `sync` recorder pays per step.
                     with conn.cursor() as cur:
                         self._insert(cur, steps, idempotent)
-                elif not vectors and not idempotent:
+                elif not vectors and not idempotent and _payload(steps) <= STATEMENT_BYTES:
                     # One COPY on an autocommit connection is atomic on its own: no BEGIN and
                     # COMMIT round trips. Each wait on the server costs the writer thread a
                     # wait for the GIL when the agent's thread is busy (up to the switch
@@ -207,7 +217,7 @@ class PostgresWrites(PostgresPart):
     def _write_steps(self, cur: psycopg.Cursor[Any], steps: Sequence[PendingStep],
                      vectors: list[tuple[UUID, int, int, bytes]], idempotent: bool) -> None:
         """Steps and the pgvector copies of their vectors, inside the caller's transaction."""
-        if steps and len(steps) <= SMALL_BATCH:
+        if steps and _few(steps):
             self._insert(cur, steps, idempotent)
         elif steps:
             self._copy_steps(cur, steps, idempotent)
@@ -233,10 +243,13 @@ class PostgresWrites(PostgresPart):
             cur.execute(_sql_staging.create_stage_steps(self.schema))
         zone = cur.connection.info.timezone
         query = self._query(cur.connection, "copy, staged" if idempotent else "copy")
-        with cur.copy(query) as copy:
-            _write_chunks(copy, binary_step_rows(steps, zone), "step")
-        if idempotent:
-            cur.execute(_sql_staging.merge_staged_steps(self.schema))
+        for n, part in enumerate(_in_slices(steps, _step_bytes)):
+            if n and idempotent:
+                cur.execute(_sql_staging.clear_stage_steps())
+            with cur.copy(query) as copy:
+                _write_chunks(copy, binary_step_rows(part, zone), "step")
+            if idempotent:
+                cur.execute(_sql_staging.merge_staged_steps(self.schema))
 
     def _copy_vectors(
         self, cur: psycopg.Cursor[Any], rows: list[tuple[UUID, int, int, bytes]],
@@ -244,11 +257,51 @@ class PostgresWrites(PostgresPart):
     ) -> None:
         if idempotent:
             cur.execute(_sql_staging.create_stage_vectors(self.schema))
-        with cur.copy(self._query(cur.connection, "vectors, staged" if idempotent
-                                  else "vectors")) as copy:
-            _write_chunks(copy, binary_vector_rows(rows), "vector")
-        if idempotent:
-            cur.execute(_sql_staging.merge_staged_vectors(self.schema))
+        query = self._query(cur.connection, "vectors, staged" if idempotent else "vectors")
+        for n, part in enumerate(_in_slices(rows, lambda row: len(row[3]))):
+            if n and idempotent:
+                cur.execute(_sql_staging.clear_stage_vectors())
+            with cur.copy(query) as copy:
+                _write_chunks(copy, binary_vector_rows(part), "vector")
+            if idempotent:
+                cur.execute(_sql_staging.merge_staged_vectors(self.schema))
+
+
+def _step_bytes(step: PendingStep) -> int:
+    return len(step.stored_input) + len(step.output_json)
+
+
+def _payload(steps: Sequence[PendingStep]) -> int:
+    """The payload bytes of `steps`; `STATEMENT_BYTES` + 1 for rows not made yet (`LazyRows`,
+    made as a COPY sends them: as many as a statement may take, or more)."""
+    if isinstance(steps, LazyRows):
+        return STATEMENT_BYTES + 1
+    return sum(map(_step_bytes, steps))
+
+
+def _few(steps: Sequence[PendingStep]) -> bool:
+    """Whether `steps` go in one INSERT: a handful, small enough for one statement."""
+    return len(steps) <= SMALL_BATCH and _payload(steps[:SMALL_BATCH]) <= STATEMENT_BYTES
+
+
+def _in_slices(items: Iterable[_T], size: Callable[[_T], int]) -> Iterator[Iterator[_T]]:
+    """`items` in consecutive slices of at least `STATEMENT_BYTES` each but the last, read as
+    they are sent (rows still to be made are made one by one, as before). Each slice must be
+    read to its end before the next is taken."""
+    rest = iter(items)
+    for first in rest:
+        yield _slice(first, rest, size)
+
+
+def _slice(first: _T, rest: Iterator[_T], size: Callable[[_T], int]) -> Iterator[_T]:
+    yield first
+    total = size(first)
+    while total < STATEMENT_BYTES:
+        item = next(rest, None)
+        if item is None:
+            return
+        yield item
+        total += size(item)
 
 
 def _write_chunks(copy: psycopg.Copy, chunks: Iterator[bytearray], what: str) -> None:

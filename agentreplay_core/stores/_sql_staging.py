@@ -45,6 +45,17 @@ def copy_staged_vectors() -> sql.Composed:
     return copy_binary(STAGE_VECTORS, EMBEDDING_COLUMNS)
 
 
+@functools.cache
+def clear_stage_steps() -> sql.Composed:
+    """Empties the staging table for the next of a batch's statements (`STATEMENT_BYTES`)."""
+    return sql.SQL("TRUNCATE {}").format(STAGE_STEPS)
+
+
+@functools.cache
+def clear_stage_vectors() -> sql.Composed:
+    return sql.SQL("TRUNCATE {}").format(STAGE_VECTORS)
+
+
 @functools.lru_cache(maxsize=128)  # built on every write: compose once
 def merge_staged_steps(schema: str) -> sql.Composed:
     return sql.SQL(
