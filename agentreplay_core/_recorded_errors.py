@@ -41,7 +41,7 @@ def error_to_record(exc: BaseException) -> dict[str, Any]:
         "module": cls.__module__,
         "message": message,
     }
-    if all(isinstance(a, _PLAIN) for a in exc.args):
+    if _plain_args(exc.args):
         record["args"] = list(exc.args)
     attributes = _plain_attributes(exc)
     if attributes:
@@ -67,17 +67,45 @@ def keep_beside(exc: BaseException, values: dict[str, Any]) -> None:
 
 
 _PLAIN = (str, int, float, bool, type(None))
-_MAX_ATTRIBUTES, _MAX_TEXT = 32, 2_000
+_MAX_ATTRIBUTES, _MAX_TEXT, _MAX_ARG_VALUES = 32, 2_000, 200
+#: what an argument may hold besides `_PLAIN` values, all of which the codec keeps as they
+#: are: `KeyError(("user", 42))`, `UnicodeDecodeError("utf-8", b"\xff", ...)`,
+#: `CalledProcessError(1, ["git", "push"])`
+_ARG_SCALARS = (*_PLAIN, bytes)
+_ARG_CONTAINERS = (tuple, list, dict)
+
+
+def _plain_args(args: tuple[Any, ...]) -> bool:
+    """Whether an exception's args can be recorded to rebuild it: plain values, bytes, and
+    small tuples, lists and dicts of them (nothing that an encoding could fail on)."""
+    budget = _MAX_ARG_VALUES
+    pending: list[Any] = list(args)
+    while pending:
+        value = pending.pop()
+        budget -= 1
+        if budget < 0:
+            return False
+        if type(value) in _ARG_CONTAINERS:
+            pending.extend(value.items() if type(value) is dict else value)
+        elif not isinstance(value, _ARG_SCALARS):
+            return False
+    return True
 
 
 def _plain_attributes(exc: BaseException) -> dict[str, Any]:
     """The public attributes of `exc` with plain values (an API error's `status_code`,
-    `code`, `type`), which handlers read; objects (an HTTP response) are left out."""
+    `code`, `type`), which handlers read; objects (an HTTP response) are left out. An
+    `OSError`'s file names too, which its message shows but its args do not hold."""
+    kept: dict[str, Any] = {}
+    if isinstance(exc, OSError):
+        for name in ("filename", "filename2"):
+            value = getattr(exc, name, None)
+            if isinstance(value, str) and len(value) <= _MAX_TEXT:
+                kept[name] = value
     try:
         found = vars(exc)
     except TypeError:  # slots only
-        return {}
-    kept: dict[str, Any] = {}
+        return kept
     for name, value in found.items():
         if len(kept) == _MAX_ATTRIBUTES:
             break
@@ -127,9 +155,9 @@ def error_from_record(record: Any) -> BaseException:
         except Exception:
             exc = None
         attributes = record.get("attributes")
-        if exc is not None and _text(exc) == message:
-            _restore_attributes(exc, attributes)
-        else:
+        if exc is not None:
+            _restore_attributes(exc, attributes)  # (an OSError's message shows its file)
+        if exc is None or _text(exc) != message:
             exc = _unconstructed(cls, args, message, attributes)
         if exc is not None:
             return _keeping(exc, record)
@@ -161,13 +189,14 @@ def _unconstructed(cls: type[BaseException], args: list[Any], message: str,
 
 
 def _restore_attributes(exc: BaseException, attributes: Any) -> None:
-    """Put back the recorded plain attributes that the rebuilt exception lacks."""
+    """Put back the recorded plain attributes that the rebuilt exception lacks (or holds as
+    None: an `OSError` made from its args has no file name)."""
     if not isinstance(attributes, dict):
         return
     for name, value in attributes.items():
         if type(name) is str and not name.startswith("_") and isinstance(value, _PLAIN):
             with contextlib.suppress(Exception):
-                if not hasattr(exc, name):
+                if getattr(exc, name, None) is None:
                     setattr(exc, name, value)
 
 

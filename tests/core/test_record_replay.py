@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import subprocess
 import sys
 import uuid
 from decimal import Decimal
+from typing import Any
 
 import pytest
 
@@ -122,6 +124,48 @@ def test_an_error_its_class_cannot_rebuild_from_a_message_keeps_its_type(
     assert limited_again.value.retry_after == 1.5 and limited_again.value.status_code == 429
     assert not hasattr(limited_again.value, "response")
     assert str(coded_again.value) == "E7: quota" and coded_again.value.code == 7
+
+
+def _open_missing() -> None:
+    with open("/nonexistent-agentreplay/notes.txt", encoding="utf-8"):
+        pass
+
+
+def _tuple_key() -> None:
+    index: dict[tuple[str, int], str] = {}
+    index[("user", 42)]
+
+
+def _bad_utf8() -> None:
+    b"\xff\xfe".decode("utf-8")
+
+
+def _process_failed() -> None:
+    raise subprocess.CalledProcessError(128, ["git", "push"], output=b"denied")
+
+
+def _denied() -> None:
+    raise PermissionError(13, "Permission denied", "/etc/shadow", None, "/etc/gshadow")
+
+
+@pytest.mark.parametrize("fails", [_open_missing, _tuple_key, _bad_utf8, _process_failed,
+                                   _denied], ids=lambda f: f.__name__.strip("_"))
+def test_built_in_errors_replay_as_their_own_class(any_store: Store, fails: Any) -> None:
+    """`except FileNotFoundError:`, `except KeyError:` in the agent must run in replay as they
+    did live: errors whose args are no plain values, or whose message shows a file name that
+    their args do not hold, were replayed as `ReplayedError`."""
+    with any_store.record() as rec, pytest.raises(Exception) as caught:
+        rec.call("tool", "t", {}, fails)
+    live = caught.value
+    with any_store.replay(rec.run_id) as player, pytest.raises(type(live)) as again:
+        player.next("tool", "t", {})
+    replayed = again.value
+    assert type(replayed) is type(live) and str(replayed) == str(live)
+    assert replayed.args == live.args
+    if isinstance(live, OSError):
+        assert isinstance(replayed, OSError)
+        assert (replayed.errno, replayed.filename, replayed.filename2) == (
+            live.errno, live.filename, live.filename2)
 
 
 def test_unimportable_error_type_becomes_replayed_error(any_store: Store) -> None:
