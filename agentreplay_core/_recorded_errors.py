@@ -30,16 +30,39 @@ def is_cancellation(record: Any) -> bool:
 
 
 def error_to_record(exc: BaseException) -> dict[str, Any]:
-    """The JSON-able description of an exception (type, module, message, plain args)."""
-    cls = type(exc)
+    """The JSON-able description of an exception (type, module, message, plain args).
+
+    Never raises: it runs while the user's exception is on its way to them."""
     try:
-        message = str(exc)
+        return _described(exc)
+    except Exception:  # an exception class of the user's, odd enough to fail all of the above
+        cls = type(exc)
+        return {"type": cls.__qualname__, "module": cls.__module__, "message": _shown(exc)}
+
+
+def _shown(exc: BaseException) -> str:
+    try:
+        return str(exc)
     except Exception:  # an exception whose __str__ fails must not replace the user's own
-        message = f"<{cls.__qualname__} with an unprintable message>"
+        return f"<{type(exc).__qualname__} with an unprintable message>"
+
+
+def _attribute(exc: BaseException, name: str) -> Any:
+    """`getattr(exc, name, None)`, also for a class whose `__getattr__` raises something
+    other than AttributeError (`return self.fields[name]`: a KeyError), which would take the
+    place of the user's exception."""
+    try:
+        return getattr(exc, name, None)
+    except Exception:
+        return None
+
+
+def _described(exc: BaseException) -> dict[str, Any]:
+    cls = type(exc)
     record: dict[str, Any] = {
         "type": cls.__qualname__,
         "module": cls.__module__,
-        "message": message,
+        "message": _shown(exc),
     }
     if _plain_args(exc.args):
         record["args"] = list(exc.args)
@@ -48,7 +71,7 @@ def error_to_record(exc: BaseException) -> dict[str, Any]:
         record["attributes"] = attributes
     if isinstance(exc, asyncio.CancelledError):
         record["cancelled"] = True
-    extra = getattr(exc, BESIDE, None)
+    extra = kept_beside(exc)
     if isinstance(extra, dict):
         record.update((k, v) for k, v in extra.items() if k not in record)
     return record
@@ -63,7 +86,12 @@ def keep_beside(exc: BaseException, values: dict[str, Any]) -> None:
     """Have `error_to_record(exc)` store `values` beside the error (never its own fields)."""
     # an exception that takes no attributes keeps its error alone
     with contextlib.suppress(Exception):
-        setattr(exc, BESIDE, {**(getattr(exc, BESIDE, None) or {}), **values})
+        setattr(exc, BESIDE, {**(kept_beside(exc) or {}), **values})
+
+
+def kept_beside(exc: BaseException) -> Any:
+    """What `keep_beside` set on `exc`, if anything."""
+    return _attribute(exc, BESIDE)
 
 
 _PLAIN = (str, int, float, bool, type(None))
@@ -99,7 +127,7 @@ def _plain_attributes(exc: BaseException) -> dict[str, Any]:
     kept: dict[str, Any] = {}
     if isinstance(exc, OSError):
         for name in ("filename", "filename2"):
-            value = getattr(exc, name, None)
+            value = _attribute(exc, name)
             if isinstance(value, str) and len(value) <= _MAX_TEXT:
                 kept[name] = value
     try:
@@ -213,5 +241,5 @@ def _keeping(exc: BaseException, record: dict[str, Any]) -> BaseException:
 
 def recorded_error(exc: BaseException) -> dict[str, Any] | None:
     """The record `exc` was rebuilt from by `error_from_record`, if it was."""
-    record = getattr(exc, _RECORD, None)
+    record = _attribute(exc, _RECORD)
     return record if isinstance(record, dict) else None

@@ -16,7 +16,7 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.callbacks.manager import AsyncParentRunManager, ParentRunManager
 
 from agentreplay_core._key_order import in_key_order, keep_key_order
-from agentreplay_core._recorded_errors import BESIDE, recorded_error
+from agentreplay_core._recorded_errors import kept_beside, recorded_error
 from agentreplay_langchain._convert import dump, revive, storable
 
 #: beside a tool step's result (or in its error record): [{name, data[, data_order]}, ...]
@@ -50,7 +50,7 @@ class EventCollector(BaseCallbackHandler):
 def error_events(error: BaseException) -> Any:
     """Where the events of a failed call are: the record a replayed error was rebuilt from,
     or what a live run's error keeps beside it."""
-    return recorded_error(error) or getattr(error, BESIDE, None)
+    return recorded_error(error) or kept_beside(error)
 
 
 def recorded_events(output: Any) -> list[tuple[str, Any]]:

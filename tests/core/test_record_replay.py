@@ -168,6 +168,41 @@ def test_built_in_errors_replay_as_their_own_class(any_store: Store, fails: Any)
             live.errno, live.filename, live.filename2)
 
 
+class Delegating(Exception):
+    """An API error that reads its payload's fields as attributes: its `__getattr__` raises
+    KeyError, not AttributeError, for a name the payload lacks."""
+
+    def __init__(self, message: str, fields: dict[str, object]) -> None:
+        super().__init__(message)
+        self.fields = fields
+
+    def __getattr__(self, name: str) -> object:
+        fields: dict[str, object] = self.__dict__.get("fields", {})
+        return fields[name]
+
+
+def test_an_error_whose_getattr_raises_reaches_the_user_as_it_is(any_store: Store) -> None:
+    def limited() -> None:
+        raise Delegating("rate limited", {"status": 429})
+
+    # (not `pytest.raises`: pytest reads `__notes__` of what it catches, which this class's
+    # `__getattr__` answers with a KeyError)
+    def outcome(call: Any) -> object:
+        try:
+            call()
+        except Exception as exc:  # what the user's code sees
+            return exc
+        return None
+
+    with any_store.record() as rec:
+        live = outcome(lambda: rec.call("tool", "api", {}, limited))
+    assert type(live) is Delegating and live.status == 429
+    assert rec.stats.steps == 1 and rec.stats.internal_errors == 0
+    with any_store.replay(rec.run_id) as player:
+        again = outcome(lambda: player.next("tool", "api", {}))
+    assert type(again) is Delegating and str(again) == "rate limited"
+
+
 def test_unimportable_error_type_becomes_replayed_error(any_store: Store) -> None:
     with any_store.record() as rec:
         rec.record("tool", "t", {}, {"type": "Gone", "module": "no_such_module_x",
