@@ -39,6 +39,15 @@ MAX_VALUE_BYTES = 128 << 20
 
 
 @dataclass
+class _Encoded:
+    """A call's input encoded before the call ran (`_calling`)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
 class _Outcome:
     value: Any = None
 
@@ -136,7 +145,7 @@ class Recorder:
         path: str | None, match_key: str | None, started_at: datetime | None,
         duration_ms: float,
     ) -> int | None:
-        encoded_in = self._encode(input, "input")
+        encoded_in = input.value if type(input) is _Encoded else self._encode(input, "input")
         embedded = embedding_output(output) if kind == "embedding" and not is_error else None
         encoded_out, vectors = embedded or (self._encode(output, "output"), ())
         return self._append(kind, name, encoded_in, encoded_out, is_error, path, match_key,
@@ -201,6 +210,11 @@ class Recorder:
         """Time the block one level deeper in the run tree; record its outcome or error."""
         where = path if path is not None else join_path(current_path(), f"{kind}:{name}")
         outcome = _Outcome()
+        # the request as it is sent: a callee that changes it in place (a chat client that
+        # appends its answer to the history it was given) must not change what is recorded.
+        # Should encoding fail here, `record` takes the input as it is after the call.
+        with contextlib.suppress(Exception):
+            input = _Encoded(self._encode(input, "input"))
         started = datetime.now(timezone.utc)
         t0 = time.perf_counter()
         try:

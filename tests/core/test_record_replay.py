@@ -283,6 +283,34 @@ def test_user_exception_propagates_unchanged_and_run_is_failed(any_store: Store)
     assert any_store.verify(rec.run_id).ok
 
 
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_the_request_is_recorded_as_sent_when_the_callee_changes_it(
+        any_store: Store, mode: str) -> None:
+    """A chat client that appends its answer to the history it was given: what was sent is
+    the history without the answer, and replay of the unchanged agent must match it."""
+    def chat(history: list[dict[str, str]]) -> dict[str, str]:
+        answer = {"role": "assistant", "content": "hi"}
+        history.append(answer)
+        return answer
+
+    async def achat(history: list[dict[str, str]]) -> dict[str, str]:
+        return chat(history)
+
+    history = [{"role": "user", "content": "hello"}]
+    with any_store.record() as rec:
+        request = {"messages": history}
+        if mode == "sync":
+            rec.call("llm", "chat", request, chat, history)
+        else:
+            asyncio.run(rec.acall("llm", "chat", request, achat, history))
+    assert len(history) == 2  # the live call did change it
+    [step] = any_store.load_steps(rec.run_id)
+    assert step.input == {"messages": [{"role": "user", "content": "hello"}]}
+    with any_store.replay(rec.run_id) as player:
+        sent = {"messages": [{"role": "user", "content": "hello"}]}
+        assert player.next("llm", "chat", sent) == {"role": "assistant", "content": "hi"}
+
+
 def test_async_calls_are_recorded(any_store: Store) -> None:
     async def fetch(n: int) -> int:
         await asyncio.sleep(0)
