@@ -121,7 +121,11 @@ def time_sleep(s: Interceptor, orig: Callable[[float], None]) -> Callable[[float
     @functools.wraps(orig)
     def sleep(secs: float) -> None:
         seconds = _sleep_seconds(secs)
-        if seconds is None:
+        # `sleep(0)` gives other threads a turn (a busy-poll loop waiting for a thread) and
+        # waits for nothing: how often a loop does it depends on the scheduling alone, so
+        # recorded it made the replay diverge (LlamaIndex's streamed chat while it writes
+        # its memory)
+        if seconds is None or seconds == 0:
             return orig(secs)
         return s.intercept(_caller(), "sleep", "time.sleep", {"seconds": seconds},
                            lambda: orig(secs), as_none)

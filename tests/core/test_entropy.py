@@ -108,6 +108,21 @@ def test_replay_serves_the_recorded_values(any_store: Store) -> None:
     assert any_store.verify(rec.run_id).ok
 
 
+def test_a_sleep_of_zero_is_a_turn_for_other_threads_not_a_step(store: Store) -> None:
+    """A busy-poll loop yields with `sleep(0)` as often as the scheduling makes it: recorded,
+    a replay yielding another number of times diverged."""
+    def poll(turns: int) -> float:
+        for _ in range(turns):
+            time.sleep(0)
+        return time.time()
+
+    with store.record(entropy=True) as rec:
+        live = poll(7)
+    assert step_names(store, rec.run_id) == [("random", "random.seed"), ("time", "time.time")]
+    with store.replay(rec.run_id):
+        assert poll(3) == live
+
+
 def test_live_runs_differ(store: Store) -> None:
     runs = []
     for _ in range(2):
