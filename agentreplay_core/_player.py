@@ -12,6 +12,7 @@ from typing import Any, Literal
 from uuid import UUID
 
 from agentreplay_core._codec import canonical_bytes, decode, encode
+from agentreplay_core._completion_order import CompletionOrder
 from agentreplay_core._divergence import after_caught, divergence, missing_calls, raised_again
 from agentreplay_core._errors import ReplayDivergence, ReplayedCancellation, SerializationError
 from agentreplay_core._keys import (
@@ -91,6 +92,7 @@ class Player:
         self._consumed: set[int] = set()
         self._lock = threading.Lock()
         self._keyed = KeyedQueues(steps)
+        self._order = CompletionOrder(run.run_id, steps)
         self._inside: InsideIndex | None = None  # built at the first replay boundary
         #: (kind, name) of calls whose requests held secrets: no plain-key attempt for them
         self._secret_requests: set[tuple[str, str]] = set()
@@ -385,7 +387,17 @@ class Player:
         completes here either (until cancelled, as during recording)."""
         if step.is_error and is_cancellation(decode(step.output, restore_objects=False)):
             await asyncio.Event().wait()
+        await self.in_recorded_order(step)
         return self.result_of(step)
+
+    async def in_recorded_order(self, step: Step) -> None:
+        """Wait until the calls that ended while `step`'s call ran, before it did, have
+        returned in this replay (`_completion_order`): a fan-out then sees its results in the
+        order it saw them while recording. For a backend that decodes a step it took itself;
+        `anext` and `aresult_of` wait so already. Call it right after taking the step, with
+        no await between."""
+        if self.match == "keyed" and self.fork is None:
+            await self._order.wait_turn(step, self._consumed)
 
     def result_of(self, step: Step) -> Any:
         """Decode a step's output, or raise its recorded error."""

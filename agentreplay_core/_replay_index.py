@@ -69,7 +69,7 @@ class _Queue:
         return items[head] if head < len(items) else None
 
 
-def _started(step: Step) -> float:
+def started(step: Step) -> float:
     """When a step's call started, as a number: a time given without a zone (`rec.record(...,
     started_at=datetime.now())`) compares with the recorder's own, as local time."""
     try:
@@ -112,7 +112,7 @@ class KeyedQueues:
                 queue.items.append(step)
         for queue in by_key.values():
             if len(queue.items) > 1:
-                queue.items.sort(key=_started)  # stable: steps started together keep their order
+                queue.items.sort(key=started)  # stable: steps started together keep their order
         return by_key
 
     def holds(self, key: Key) -> bool:

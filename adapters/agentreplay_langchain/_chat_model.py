@@ -132,7 +132,10 @@ class ReplayChatModel(BaseChatModel):
                      run_manager: RunManager | None, kwargs: dict[str, Any], *,
                      streamed: bool = False) -> tuple[Step | None, Any]:
         if self.live is None:
-            return self._step(messages, stop, run_manager, kwargs, streamed=streamed)
+            step, output = self._step(messages, stop, run_manager, kwargs, streamed=streamed)
+            if step is not None:  # concurrent calls end in the order they ended recording
+                await self.player.in_recorded_order(step)
+            return step, output
         # a live call (fork mode) runs the live model's sync API: off the event loop
         return await asyncio.to_thread(self._step, messages, stop, run_manager, kwargs,
                                        streamed=streamed)
