@@ -18,7 +18,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 from uuid import UUID
 
-from agentreplay_core._errors import AgentReplayError, StoreError
+from agentreplay_core._errors import AgentReplayError
 from agentreplay_core._named_mode import NamedMode
 from agentreplay_core._player import Player
 from agentreplay_core._recorder import Recorder
@@ -129,8 +129,6 @@ class Session:
                 stack.callback(self.store.close)
             if self.mode == Mode.RECORD:
                 assert self.store is not None
-                if self.run_id is not None:
-                    self._check_new_run_id(self.store, self.run_id)
                 self.recorder = stack.enter_context(self.store.record(
                     self.name, metadata=self.metadata, tags=self.tags,
                     durability=self.durability, entropy=self.entropy, run_id=self.run_id))
@@ -150,16 +148,6 @@ class Session:
             raise
         self._stack = stack
         return self
-
-    @staticmethod
-    def _check_new_run_id(store: Store, run_id: UUID) -> None:
-        # Recording under the id of a stored run would mix two runs into one broken chain.
-        try:
-            store.backend.get_run(run_id)
-        except StoreError:  # not found (or cannot tell: the recorder copes with a store down)
-            return
-        raise AgentReplayError(f"run {run_id} already exists in {store.backend.description}; "
-                               "a recording needs a new run id (or none, to get a fresh one)")
 
     def close(self, exc: BaseException | None = None) -> None:
         """Seal the recording or end the replay (raising what the replay found, e.g. recorded

@@ -145,6 +145,8 @@ class Store:
         if name is not None and len(name) > MAX_RUN_NAME:  # PostgreSQL indexes the name
             raise ValueError(f"run name of {len(name)} characters: at most {MAX_RUN_NAME} "
                              "are stored; put longer text in metadata=")
+        if run_id is not None:
+            self._check_new_run_id(run_id)
         writer = self._writer(durability)
         # `_entropy_in_log`: a forked run holds entropy steps copied from its parent
         meta = run_metadata(metadata, tags, durability, entropy or _entropy_in_log,
@@ -175,6 +177,17 @@ class Store:
                 recorder._seal(status)
             except Exception:  # sealing must never replace the user's exception
                 log.exception("agentreplay: could not seal run %s", run.run_id)
+
+    def _check_new_run_id(self, run_id: UUID) -> None:
+        # Recording under the id of a stored run would mix two runs into one broken chain:
+        # the new run's rows were dropped as already there, and its seal replaced the stored
+        # run's, which then failed to verify.
+        try:
+            self.backend.get_run(run_id)
+        except StoreError:  # not found (or cannot tell: the recorder copes with a store down)
+            return
+        raise AgentReplayError(f"run {run_id} already exists in {self.backend.description}; "
+                               "a recording needs a new run id (or none, to get a fresh one)")
 
     def _check_writable(self) -> None:
         """Refuse to start recording with a role that may only read (SECURITY.md): fail here,

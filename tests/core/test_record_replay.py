@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from agentreplay_core import (
+    AgentReplayError,
     Player,
     ReplayDivergence,
     ReplayedCancellation,
@@ -309,6 +310,18 @@ def test_the_request_is_recorded_as_sent_when_the_callee_changes_it(
     with any_store.replay(rec.run_id) as player:
         sent = {"messages": [{"role": "user", "content": "hello"}]}
         assert player.next("llm", "chat", sent) == {"role": "assistant", "content": "hi"}
+
+
+def test_recording_under_the_id_of_a_stored_run_is_refused(any_store: Store) -> None:
+    """The new run's rows were dropped as already stored and its seal replaced the stored
+    run's, which then failed to verify: nothing said so."""
+    with any_store.record() as first:
+        first.call("tool", "t", {"n": 1}, lambda: 1)
+    with pytest.raises(AgentReplayError, match=f"run {first.run_id} already exists"), \
+            any_store.record(run_id=first.run_id) as again:
+        again.call("tool", "t", {"n": 2}, lambda: 2)
+    assert any_store.verify(first.run_id).ok
+    assert [s.output for s in any_store.load_steps(first.run_id)] == [1]
 
 
 def test_async_calls_are_recorded(any_store: Store) -> None:
