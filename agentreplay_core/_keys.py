@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import re
 from collections.abc import Iterable, Iterator
 from contextvars import ContextVar
 from typing import Any
@@ -59,12 +60,32 @@ def match_key(kind: str, name: str, request: Any) -> str:
     return match_key_of_encoded(kind, name, encode(request, path="request"))
 
 
-def clean_label(text: str) -> str:
-    """A kind/name/path as stored: NUL, which PostgreSQL text cannot hold, becomes visible.
+#: what text stored as text (not JSON) cannot hold: NUL (PostgreSQL) and lone surrogates
+#: (UTF-8: a name decoded with errors="surrogateescape", such as a file's)
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
-    Recorder and player both apply it, so a name with NUL still matches on replay.
+
+def clean_label(text: str) -> str:
+    """A kind/name/path/tag as stored: NUL and lone surrogates, which no store can hold as
+    text, become visible escapes (`\\x00`, `\\udcff`).
+
+    Recorder and player both apply it, so such a name still matches on replay.
     """
-    return text.replace("\x00", "\\x00") if "\x00" in text else text
+    if text.isascii():
+        return text.replace("\x00", "\\x00") if "\x00" in text else text
+    return _UNSTORABLE.sub(_escaped, text)
+
+
+def _escaped(found: re.Match[str]) -> str:
+    code = ord(found.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def clean_key(match_key: object) -> str:
+    """A caller's match key as stored and compared: text (`str()` of anything else), with
+    `clean_label`'s escapes. An int key was stored as given and checked as text by `verify`,
+    which then failed an untouched run."""
+    return clean_label(match_key if type(match_key) is str else str(match_key))
 
 
 def current_path() -> str:

@@ -16,6 +16,7 @@ from agentreplay_core._completion_order import CompletionOrder
 from agentreplay_core._divergence import after_caught, divergence, missing_calls, raised_again
 from agentreplay_core._errors import ReplayDivergence, ReplayedCancellation, SerializationError
 from agentreplay_core._keys import (
+    clean_key,
     clean_label,
     current_path,
     is_inside,
@@ -235,6 +236,8 @@ class Player:
             if len(_CHECKED_KINDS) < 256:
                 _CHECKED_KINDS.add(kind)
         name = clean_label(name)
+        if match_key is not None:
+            match_key = clean_key(match_key)
         redacted = sent = None
         if self.redactor is None:
             if match_key is not None:

@@ -17,6 +17,7 @@ from agentreplay_core._errors import SerializationError
 from agentreplay_core._integrity import seal_checksum
 from agentreplay_core._keys import (
     at_path,
+    clean_key,
     clean_label,
     current_path,
     join_path,
@@ -173,6 +174,8 @@ class Recorder:
         # the path is the caller's context: it must be read here, on the caller's thread
         where = clean_label(join_path(current_path(), f"{kind}:{name}") if path is None
                             else path)
+        if match_key is not None:
+            match_key = clean_key(match_key)
         with self._lock:
             if self._closed:
                 self.stats.internal_errors += 1

@@ -20,6 +20,7 @@ from agentreplay_core import (
     ReplayedError,
     RunStatus,
     Store,
+    decode,
     path_scope,
 )
 from agentreplay_core._recorded_errors import keep_beside, recorded_error
@@ -697,6 +698,44 @@ def test_names_with_nul_characters_record_and_replay(any_store: Store) -> None:
     assert any_store.verify(rec.run_id).ok
     with any_store.replay(rec.run_id) as player:
         assert player.next("tool", "odd\x00name", {"a": "b\x00c"}, path="p\x00q") == "ok"
+
+
+#: a file name decoded with errors="surrogateescape": text with a lone surrogate
+ODD = b"report-\xff.csv".decode("utf-8", "surrogateescape")
+
+
+def test_lone_surrogates_in_names_paths_keys_and_run_labels_lose_nothing(
+        any_store: Store) -> None:
+    """One step named so made the writer fail and every step of the run was lost, unsealed;
+    a run named so was lost and made a healthy database look down."""
+    with any_store.record(name=f"run {ODD}", tags=[ODD],
+                          metadata={ODD: ODD, "file": ODD}) as rec:
+        rec.call("tool", "search", {"q": "a"}, lambda: "good 1")
+        rec.call("tool", ODD, {"q": ODD}, lambda: ODD)
+        rec.call("tool", "read", {"q": "b"}, lambda: "path", path=f"agent/{ODD}")
+        rec.call("tool", "read", {"q": "c"}, lambda: "key", match_key=ODD)
+        rec.call("tool", "search", {"q": "d"}, lambda: "good 2")
+    assert rec.stats.steps == 5 and rec.stats.internal_errors == rec.stats.lost == 0
+    assert any_store.verify(rec.run_id).ok
+    run = any_store.get_run(rec.run_id)
+    assert run.name == "run report-\\udcff.csv" and ODD not in str(run.metadata.get("tags"))
+    assert decode(run.metadata["file"]) == ODD  # a value keeps its text, encoded
+    with any_store.replay(rec.run_id) as player:
+        assert player.next("tool", "search", {"q": "a"}) == "good 1"
+        assert player.next("tool", ODD, {"q": ODD}) == ODD
+        assert player.next("tool", "read", {"q": "b"}, path=f"agent/{ODD}") == "path"
+        assert player.next("tool", "read", {"q": "c"}, match_key=ODD) == "key"
+        assert player.next("tool", "search", {"q": "d"}) == "good 2"
+
+
+def test_a_match_key_that_is_no_text_is_stored_as_text(any_store: Store) -> None:
+    """`match_key=5` was stored as given and checked as text by verify, which then failed
+    the untouched run."""
+    with any_store.record() as rec:
+        rec.call("tool", "t", {}, lambda: 1, match_key=5)  # type: ignore[arg-type]
+    assert any_store.verify(rec.run_id).ok
+    with any_store.replay(rec.run_id) as player:
+        assert player.next("tool", "t", {}, match_key="5") == 1
 
 
 def test_custom_match_key_is_used_on_both_sides(any_store: Store) -> None:
