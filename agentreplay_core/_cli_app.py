@@ -66,7 +66,10 @@ def _check_exists(dsn: str) -> None:
                "a store, recording into it (or `agentreplay import`) does")
 
 
-def open_cli_store(dsn: str | None, schema: str = "agentreplay", *,
+DEFAULT_SCHEMA = "agentreplay"
+
+
+def open_cli_store(dsn: str | None, schema: str = DEFAULT_SCHEMA, *,
                    create: bool = False) -> Store:
     """The run store named by `--dsn` (or the embedded default), with a spinner while the
     embedded PostgreSQL starts. A file store must exist unless `create` (commands that write
@@ -76,7 +79,11 @@ def open_cli_store(dsn: str | None, schema: str = "agentreplay", *,
     if dsn is None or names_postgres(dsn):
         with err.status("Opening the run store (starting the embedded PostgreSQL if "
                         "needed)..."):
-            return open_store(dsn, schema=schema)
+            # a reading command must not create a schema it was sent to by a typo (an empty
+            # store answers "no runs yet" and `verify --all` passes); the default schema is
+            # the store's home, made on first use
+            return open_store(dsn, schema=schema,
+                              create_schema=create or schema == DEFAULT_SCHEMA)
     return open_store(dsn)
 
 

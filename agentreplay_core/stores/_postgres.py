@@ -71,6 +71,9 @@ class PostgresBackend(PostgresWrites, PostgresReads):
         migrate: apply pending migrations at open (else fail if the schema is behind). A role
             that may not change the schema (a read-only role, SECURITY.md) uses it as it is,
             unless a migration the store needs is missing.
+        create_schema: False to raise `StoreError` when the schema does not exist instead of
+            creating it (the command line's reading commands: a mistyped schema name must not
+            make an empty store that verifies).
         connect_timeout: seconds to wait for a connection before raising `DatabaseUnavailable`.
         write_statement_timeout: seconds a statement may run before the server cancels it
             (`DatabaseTimeout`); 0 = no limit. Bounds the recorder's writes; long reads
@@ -94,6 +97,7 @@ class PostgresBackend(PostgresWrites, PostgresReads):
         min_size: int = 1,
         max_size: int = 8,
         migrate: bool = True,
+        create_schema: bool = True,
         connect_timeout: float = 10,
         write_statement_timeout: float = 10.0,
         lock_timeout: float = 5.0,
@@ -113,6 +117,8 @@ class PostgresBackend(PostgresWrites, PostgresReads):
         self._writing = threading.local()
         with connect(dsn, timeout=self._timeout) as conn:
             try:
+                if not create_schema:
+                    self._check_schema_exists(conn)
                 self._prepare_schema(conn, migrate)
                 self._vector_schema = self._find_vector_schema(conn)
                 self._write_refusal = self._find_write_refusal(conn)
@@ -153,6 +159,15 @@ class PostgresBackend(PostgresWrites, PostgresReads):
         recent = time.monotonic() - self._last_used.get(conn, 0.0) <= IDLE_CHECK_SECONDS
         if not (recent and getattr(self._writing, "active", False)):
             ConnectionPool.check_connection(conn)
+
+    def _check_schema_exists(self, conn: Conn) -> None:
+        found = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s",
+                             (self.schema,)).fetchone()
+        if found is None:
+            raise StoreError(
+                f"schema {self.schema!r} does not exist on {self.description}: nothing was "
+                "recorded there (a mistyped --schema or AGENTREPLAY_SCHEMA?); recording or "
+                f"`agentreplay db migrate --schema {self.schema}` creates it")
 
     def _prepare_schema(self, conn: Conn, migrate: bool) -> None:
         denied = ""

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from uuid import UUID
 
+import psycopg
 import pytest
 
 from agentreplay_core import open_store
@@ -80,6 +81,21 @@ def test_a_reading_command_never_creates_a_mistyped_store(
     result = agentreplay(command[0], "--dsn", f"file:{missing}", *command[1:])
     assert f"no run store at {missing}" in one_line_error(result)
     assert not (tmp_path / "typo").exists()
+
+
+@pytest.mark.parametrize("command", [["runs"], ["verify", "--all"],
+                                     ["prune", "--older-than", "1d"]], ids=" ".join)
+def test_a_reading_command_never_creates_a_mistyped_schema(
+    pg_dsn: str, pg_schema: str, command: list[str]
+) -> None:
+    """An empty schema made by a typo answered "no runs yet", and `verify --all` passed."""
+    result = agentreplay(command[0], "--dsn", pg_dsn, "--schema", pg_schema, *command[1:])
+    error = one_line_error(result)
+    assert f"schema {pg_schema!r} does not exist" in error
+    assert f"agentreplay db migrate --schema {pg_schema}" in error
+    with psycopg.connect(pg_dsn) as conn:
+        assert conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s",
+                            (pg_schema,)).fetchone() is None
 
 
 def test_commands_that_store_runs_may_create_the_file_store(tmp_path: Path) -> None:
