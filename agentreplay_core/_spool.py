@@ -126,6 +126,10 @@ class Spool:
             "head_checksum": finish.head_checksum, "finished_at": finish.finished_at.isoformat(),
         })
 
+    def holds(self, run_id: UUID) -> bool:
+        """Whether rows of the run wait here."""
+        return self._file(run_id).exists() or (self.directory / f"{run_id}{LOADING}").exists()
+
     def pending(self) -> list[UUID]:
         """Run ids that have spooled rows waiting."""
         if not self.directory.is_dir():

@@ -87,6 +87,8 @@ class Store:
         self._sync_writer = SyncWriter(self._sink)
         self._lock = threading.Lock()
         self._closed = False
+        #: the runs this store started recording (for what `get_run` says of one not found)
+        self._recorded_here: set[UUID] = set()
 
     def __repr__(self) -> str:
         return f"<Store {self.backend.description}>"
@@ -159,6 +161,7 @@ class Store:
             started_at=datetime.now(timezone.utc), parent_run_id=parent_run_id,
             fork_step=fork_step, metadata=meta, chain=chain_name(self.hmac_key),
         )
+        self._recorded_here.add(run.run_id)
         writer.submit_run(run)
         recorder = Recorder(run.run_id, writer, hmac_key=self.hmac_key,
                             redactor=self.redaction)
@@ -209,11 +212,21 @@ class Store:
             close = close_ids(self.backend, str(rid))
             if rid in close:  # written by the batched writer just now: read it again
                 return reap(self.backend, self.backend.get_run(rid))
-            hint = ("did you mean " + ", ".join(str(c) for c in close) + "?") if close else (
-                "a run still being recorded with durability=\"batched\" is written in the "
-                "background: leave its record block, or call rec.flush(), before reading it")
-            raise RunNotFound(rid, hint) from exc.__cause__
+            raise RunNotFound(rid, self._not_found_hint(rid, close)) from exc.__cause__
         return reap(self.backend, run)
+
+    def _not_found_hint(self, run_id: UUID, close: list[UUID]) -> str:
+        if close:
+            return "did you mean " + ", ".join(str(c) for c in close) + "?"
+        if self.spool.holds(run_id):
+            return (f"its rows wait in the spool {self.spool.directory} (the database was "
+                    "unreachable while it was recorded): `agentreplay spool flush`, or closing "
+                    "the store once the database is back, loads them")
+        if run_id in self._recorded_here and self._batched is not None:
+            return ("a run still being recorded with durability=\"batched\" is written in "
+                    "the background: leave its record block, or call rec.flush(), before "
+                    "reading it")
+        return "`agentreplay runs` lists the runs of this store"
 
     def resolve_run_id(self, run_id: UUID | str) -> UUID:
         """The id `run_id` names: a full id as is, or the one run id starting with these hex

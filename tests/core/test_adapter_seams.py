@@ -3,9 +3,12 @@ whether a recorder is sealed, and reading a run the batched writer has not writt
 
 from __future__ import annotations
 
+import uuid
+from datetime import datetime, timezone
+
 import pytest
 
-from agentreplay_core import ReplayDivergence, RunNotFound, Store, match_key
+from agentreplay_core import ReplayDivergence, Run, RunNotFound, Store, match_key
 
 
 def test_a_fork_records_live_calls_under_the_adapters_match_key(any_store: Store) -> None:
@@ -50,6 +53,23 @@ def test_recorder_says_when_it_is_sealed(any_store: Store) -> None:
     with any_store.record() as rec:
         assert not rec.closed
     assert rec.closed
+
+
+def test_a_run_not_found_is_explained_by_where_it_is(any_store: Store) -> None:
+    """Every id not found was said to be a batched run still being written, also one never
+    recorded and one whose rows wait in the spool."""
+    never = uuid.uuid4()
+    with pytest.raises(RunNotFound) as caught:
+        any_store.get_run(never)
+    assert "rec.flush()" not in str(caught.value)
+    assert "`agentreplay runs` lists the runs" in str(caught.value)
+    spooled = Run(run_id=uuid.uuid4(), started_at=datetime.now(timezone.utc))
+    any_store.spool.write_run(spooled)
+    with pytest.raises(RunNotFound) as caught:
+        any_store.get_run(spooled.run_id)
+    assert f"rows wait in the spool {any_store.spool.directory}" in str(caught.value)
+    assert "agentreplay spool flush" in str(caught.value)
+    any_store.spool.discard(spooled.run_id)
 
 
 def test_a_run_not_found_explains_batched_recording(any_store: Store) -> None:

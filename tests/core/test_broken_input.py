@@ -243,12 +243,13 @@ def test_the_cli_names_a_run_that_does_not_exist(pg_dsn: str, pg_schema: str,
                                                  tmp_path: Path) -> None:
     missing = str(uuid.uuid4())
     where = ("--dsn", pg_dsn, "--schema", pg_schema)
+    open_store(pg_dsn, schema=pg_schema).close()  # reading commands make no schema
     for command in (["show", missing], ["export", missing, "-o", str(tmp_path / "x.jsonl")],
                     ["show", missing[:8]]):
         line = one_line_error(agentreplay(*command, *where))
         assert f"no run with id {command[1]}" in line, line
     assert not (tmp_path / "x.jsonl").exists()
-    with psycopg.connect(pg_dsn) as conn:  # the store was made, and nothing else
+    with psycopg.connect(pg_dsn) as conn:  # nothing was stored
         row = conn.execute(sql.SQL("SELECT count(*) FROM {}.runs").format(
             sql.Identifier(pg_schema))).fetchone()
     assert row == (0,)
