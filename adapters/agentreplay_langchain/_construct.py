@@ -18,6 +18,15 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from agentreplay_core._model import constructed
 
 SCALARS = frozenset({str, int, float, bool, type(None)})
+
+#: marks a stored LangChain object; the number is the envelope's format version
+ENVELOPE = "agentreplay.langchain"
+#: version 1: `{ENVELOPE: 1, "dumpd": ..., "artifact"?: ...}`, the object as `dumpd` makes it
+ENVELOPE_VERSION = 1
+#: version 2: `{ENVELOPE: 2, "class": "AIMessage", "fields": {...}, "artifact"?: ...}` for a
+#: message; `{ENVELOPE: 2, "class": "ChatGeneration", "message": <message envelope>,
+#: "generation_info": ...}` or `{..., "class": "Generation", "text": ..., ...}` for a generation
+FIELDS_VERSION = 2
 #: a field with no value yet (in a template), or a stored field that is absent
 NO_VALUE: Any = object()
 #: the Python types a stored value of each message field may have (None: any); a field not

@@ -38,26 +38,27 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, Generati
 
 from agentreplay_core import SerializationError, decode, encode
 from agentreplay_core._codec import TAG
-from agentreplay_core._key_order import INNER, in_key_order, keep_key_order, key_order
+from agentreplay_core._key_order import (
+    INNER,
+    in_key_order,
+    keep_key_order,
+    key_order,
+)
 from agentreplay_core._stable_repr import stable_repr
+from agentreplay_langchain._artifact_order import keep_artifact, revived_artifact
 from agentreplay_langchain._compat import make_loader
 from agentreplay_langchain._construct import (
+    ENVELOPE,
+    ENVELOPE_VERSION,
+    FIELDS_VERSION,
     NO_VALUE,
     SCALARS,
     built_message,
     chat_generation,
     shape,
 )
+from agentreplay_langchain._sends import SEND, revive_send, sends_revived, sends_tagged
 from agentreplay_langchain._store_writes import STORE_WRITES
-
-#: marks a stored LangChain object; the number is the envelope's format version
-ENVELOPE = "agentreplay.langchain"
-#: version 1: `{ENVELOPE: 1, "dumpd": ..., "artifact"?: ...}`, the object as `dumpd` makes it
-ENVELOPE_VERSION = 1
-#: version 2: `{ENVELOPE: 2, "class": "AIMessage", "fields": {...}, "artifact"?: ...}` for a
-#: message; `{ENVELOPE: 2, "class": "ChatGeneration", "message": <message envelope>,
-#: "generation_info": ...}` or `{..., "class": "Generation", "text": ..., ...}` for a generation
-FIELDS_VERSION = 2
 
 #: beside a message's fields: the key order of the dicts inside them (tool calls and their
 #: arguments, response and usage metadata, additional kwargs, content blocks), where it is not
@@ -66,6 +67,10 @@ FIELDS_VERSION = 2
 FIELDS_ORDER = "fields_order"
 #: what recordings before it kept: the order of the tool calls alone
 TOOL_CALLS_ORDER = "tool_calls_order"
+#: beside a generation's `generation_info`, and a model step's `llm_output`: their key order,
+#: where it is not the sorted one (LangChain merges both into the message's
+#: `response_metadata`, which code logs, hashes or prompts with)
+INFO_ORDER, LLM_OUTPUT_ORDER = "generation_info_order", "llm_output_order"
 
 _MESSAGE_CLASSES: dict[str, type[BaseMessage]] = {cls.__name__: cls for cls in (
     AIMessage, AIMessageChunk, HumanMessage, HumanMessageChunk, SystemMessage,
@@ -145,7 +150,7 @@ def _message_fields(message: BaseMessage) -> dict[str, Any] | None:
         stored[FIELDS_ORDER] = {INNER: inner}
     artifact = message.__dict__.get("artifact")
     if artifact is not None:  # any value the core codec keeps, as in version 1
-        stored["artifact"] = artifact
+        keep_artifact(stored, artifact)
     return stored
 
 
@@ -195,11 +200,15 @@ def _fields_envelope(value: Any) -> dict[str, Any] | None:
         message = _message_fields(value.message)
         if message is None:
             return None
-        return {ENVELOPE: FIELDS_VERSION, "class": name, "message": message,
-                "generation_info": info}
-    if type(value.text) is not str:
+        stored = {ENVELOPE: FIELDS_VERSION, "class": name, "message": message,
+                  "generation_info": info}
+    elif type(value.text) is not str:
         return None
-    return {ENVELOPE: FIELDS_VERSION, "class": name, "text": value.text, "generation_info": info}
+    else:
+        stored = {ENVELOPE: FIELDS_VERSION, "class": name, "text": value.text,
+                  "generation_info": info}
+    keep_key_order(stored, INFO_ORDER, info)
+    return stored
 
 
 #: beside a Document's dumpd: the key order of its metadata, where it is not the sorted one
@@ -229,14 +238,17 @@ def storable(value: Any) -> Any:
 
 def dump(value: Any) -> Any:
     """A LangChain result as stored: allow-listed objects in an envelope, anything else (a
-    LangGraph Command, a plain tool result) as is, for the core codec."""
+    LangGraph Command, a plain tool result) as is, for the core codec, but for the LangGraph
+    Sends in it (a Command's `goto`), which are in an envelope of their own."""
     stored = _fields_envelope(value)
     if stored is not None:
         return stored
     if isinstance(value, ToolMessage) and value.artifact is not None:
         # dumpd cannot keep arbitrary artifacts; the core codec keeps far more of them
         bare = value.model_copy(update={"artifact": None})
-        return {ENVELOPE: ENVELOPE_VERSION, "dumpd": dumpd(bare), "artifact": value.artifact}
+        stored = {ENVELOPE: ENVELOPE_VERSION, "dumpd": dumpd(bare)}
+        keep_artifact(stored, value.artifact)
+        return stored
     if isinstance(value, ALLOWED_CLASSES):
         envelope = {ENVELOPE: ENVELOPE_VERSION, "dumpd": dumpd(value)}
         if isinstance(value, Document):
@@ -247,9 +259,10 @@ def dump(value: Any) -> Any:
     if isinstance(value, list) and value and all(isinstance(v, ALLOWED_CLASSES) for v in value):
         return [dump(v) for v in value]
     try:
-        return copy.deepcopy(value)
+        copied = copy.deepcopy(value)
     except Exception:  # a live resource (a lock, a connection): stored as unencodable, counted
         return value
+    return sends_tagged(copied)
 
 
 #: a model step's protocol events (langchain-core 1.8's `on_stream_event`), and their key order
@@ -315,7 +328,8 @@ def _revive(stored: Any, copied: Callable[[Any], Any]) -> Any:
         return {k: _revive(v, copied) for k, v in stored.items()}
     if isinstance(stored, list):
         return [_revive(v, copied) for v in stored]
-    return stored
+    # (a tuple, a dataclass: a tool's `Command`, with the Sends of its `goto`)
+    return stored if type(stored) in SCALARS else sends_revived(stored, copied, _revive)
 
 
 def _decoded(value: Any) -> Any:
@@ -342,7 +356,7 @@ def _revive_envelope(stored: dict[str, Any], copied: Callable[[Any], Any]) -> An
         value = _load(stored["dumpd"] if copied is not _decoded else decode(stored["dumpd"]))
         artifact = stored.get("artifact", _NO_ARTIFACT)
         if artifact is not _NO_ARTIFACT and isinstance(value, ToolMessage):
-            value.artifact = copied(artifact)
+            value.artifact = revived_artifact(stored, artifact, copied)
         if isinstance(value, Document) and type(value.metadata) is dict:
             value.metadata = in_key_order(value.metadata, stored.get(METADATA_ORDER))
         return value
@@ -360,6 +374,8 @@ def _refused(name: Any) -> ValueError:
 
 def _revive_fields(stored: dict[str, Any], copied: Callable[[Any], Any]) -> Any:
     name = stored.get("class")
+    if name == SEND:
+        return revive_send(stored, copied, _revive)
     message_class = _MESSAGE_CLASSES.get(name) if type(name) is str else None
     if message_class is not None:
         fields = copied(stored.get("fields"))
@@ -372,12 +388,12 @@ def _revive_fields(stored: dict[str, Any], copied: Callable[[Any], Any]) -> Any:
         fields = in_key_order(fields, copied(order))
         artifact = stored.get("artifact", _NO_ARTIFACT)
         if artifact is not _NO_ARTIFACT and "artifact" in message_class.model_fields:
-            fields["artifact"] = copied(artifact)
+            fields["artifact"] = revived_artifact(stored, artifact, copied)
         return built_message(message_class, fields)
     generation_class = _GENERATION_CLASSES.get(name) if type(name) is str else None
     if generation_class is None:
         raise _refused(name)
-    info = copied(stored.get("generation_info"))
+    info = in_key_order(copied(stored.get("generation_info")), copied(stored.get(INFO_ORDER)))
     if issubclass(generation_class, ChatGeneration):
         inner = stored.get("message")
         message = _revive_envelope(inner, copied) if isinstance(inner, dict) and \

@@ -21,6 +21,7 @@ from agentreplay_langchain._chunk_secrets import redacted_chunks
 from agentreplay_langchain._convert import (
     EVENTS,
     EVENTS_ORDER,
+    LLM_OUTPUT_ORDER,
     dump,
     retriever_output,
     storable,
@@ -267,6 +268,8 @@ class RecordingCallbackHandler(RunTreeTracker):
         generations = response.generations[0] if response.generations else []
         output["generations"] = [dump(g) for g in generations]
         output["llm_output"] = storable(response.llm_output)
+        # LangChain merges it into the message's response_metadata, in its order
+        keep_key_order(output, LLM_OUTPUT_ORDER, output["llm_output"])
         self._finish(run_id, output)
 
     @_guarded

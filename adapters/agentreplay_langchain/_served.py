@@ -34,12 +34,13 @@ from langchain_core.runnables.config import var_child_runnable_config
 from agentreplay_core import Player, ReplayDivergence, Step, decode
 from agentreplay_core._codec import TAG
 from agentreplay_core._divergence import abandoned_stream
-from agentreplay_core._key_order import in_key_order
+from agentreplay_core._key_order import in_key_order, keep_key_order
 from agentreplay_core._recorded_errors import error_from_record, is_cancellation
 from agentreplay_langchain._construct import chat_generation
 from agentreplay_langchain._convert import (
     EVENTS,
     EVENTS_ORDER,
+    LLM_OUTPUT_ORDER,
     dump,
     revive,
     revive_encoded,
@@ -69,8 +70,11 @@ def step_output(step: Step) -> Any:
     output = step.output
     if type(output) is not dict or TAG in output:
         return decode(output)
-    return {key: Encoded(value) if key in _REVIVED_PARTS else decode(value)
-            for key, value in output.items() if key != "model"}
+    served = {key: Encoded(value) if key in _REVIVED_PARTS else decode(value)
+              for key, value in output.items() if key != "model"}
+    if type(served.get("llm_output")) is dict:  # in the recorded order, or sorted
+        served["llm_output"] = in_key_order(served["llm_output"], served.get(LLM_OUTPUT_ORDER))
+    return served
 
 
 def _revived(part: Any) -> Any:
@@ -153,6 +157,7 @@ def live_text_call(model: Any, prompt: str, stop: list[str] | None, kwargs: dict
                 result = model.generate([prompt], stop=stop, **kwargs)
                 output["generations"] = [dump(g) for g in result.generations[0]]
                 output["llm_output"] = storable(result.llm_output)
+                keep_key_order(output, LLM_OUTPUT_ORDER, output["llm_output"])
         return output
     return call
 
@@ -235,8 +240,21 @@ def chat_chunks(output: dict[str, Any]) -> list[ChatGenerationChunk]:
                 if isinstance(item, dict) and set(item) == {"token"} else item
                 for item in _revived(stored)]
     return [ChatGenerationChunk(message=_chunk_of_message(g.message),
-                                generation_info=g.generation_info)
+                                generation_info=_chunk_info(g))
             for g in chat_generations(output)[:1]]
+
+
+def _chunk_info(generation: ChatGeneration) -> dict[str, Any] | None:
+    """The generation info of the one chunk that carries a whole recorded message. LangChain's
+    `stream()` puts it in front of the chunk's response metadata (`{**info, **metadata}`),
+    while the recorded metadata holds all of it already, where the recorded model's call put
+    it (after `llm_output`'s keys): then it is left out, and the metadata keeps its order."""
+    info = generation.generation_info
+    metadata = generation.message.response_metadata
+    if info and type(metadata) is dict and all(key in metadata for key in info) and \
+            list({**info, **metadata}) != list(metadata):
+        return None
+    return info
 
 
 class _Cut(Exception):

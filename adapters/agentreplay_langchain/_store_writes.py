@@ -4,8 +4,11 @@ A tool given the graph's store (`InjectedStore`, `ToolRuntime.store`, `get_store
 what later turns read (a long-term memory: `store.put(("memories", user), key, {...})`, which
 the agent's node searches into its next prompt). A replay serves the tool without running
 it, so its writes are recorded with its step (`store_writes`: `[namespace, key, value]` each,
-the value None for a delete, and the write's `index` where it named one) and written again
-into the replay's store when the stand-in serves the result.
+the value None for a delete, then the write's `index` where it named one, and the key order
+of the value where it is not the sorted one, `[namespace, key, value, index, order]`: the
+node that renders the memories into its prompt shows them in the order written, which the
+run log's JSON does not keep) and written again into the replay's store when the stand-in
+serves the result.
 
 The store is the graph's, shared by every task, so the recording wraps its class's `batch`
 and `abatch` (which `put` and `delete` go through) once (`agentreplay_core._noting`): the
@@ -22,6 +25,7 @@ from collections.abc import Callable, Iterable
 from contextvars import Token
 from typing import Any
 
+from agentreplay_core._key_order import in_key_order, key_order
 from agentreplay_core._noting import Notes, wrap_once
 
 log = logging.getLogger("agentreplay.langchain")
@@ -87,10 +91,13 @@ def _note(ops: Iterable[Any]) -> Iterable[Any]:
 
         for op in ops:
             if isinstance(op, PutOp):
-                write: list[Any] = [list(op.namespace), op.key,
-                         None if op.value is None else dict(op.value)]
-                if op.index is not None:
+                value = None if op.value is None else dict(op.value)
+                write: list[Any] = [list(op.namespace), op.key, value]
+                order = key_order(value)  # (now: the agent may change the dict later)
+                if op.index is not None or order is not None:
                     write.append(op.index)
+                if order is not None:
+                    write.append(order)
                 writes.append(write)
     except Exception:  # never in the way of the agent's own write
         pass
@@ -115,9 +122,13 @@ def _ops(writes: Any) -> list[Any]:
 
     ops = []
     for write in writes if isinstance(writes, list) else []:
-        if isinstance(write, list) and len(write) in (3, 4):
-            index = write[3] if len(write) == 4 else None
-            ops.append(PutOp(tuple(write[0]), write[1], write[2], index=index))
+        if isinstance(write, list) and len(write) in (3, 4, 5):
+            index = write[3] if len(write) >= 4 else None
+            value = write[2]
+            if isinstance(value, dict):
+                # in the recorded order, or sorted: never the order the run log gave
+                value = in_key_order(value, write[4] if len(write) == 5 else None)
+            ops.append(PutOp(tuple(write[0]), write[1], value, index=index))
     return ops
 
 
