@@ -25,7 +25,11 @@ def parse_duration(text: str) -> timedelta:
     if not _DURATION.match(compact):
         raise ValueError(f"{text!r} is not a duration: write a number and a unit, w (weeks), "
                          "d (days), h (hours), m (minutes) or s (seconds), e.g. 30d or 1h30m")
-    return timedelta(seconds=sum(float(n) * _UNITS[u] for n, u in _PART.findall(compact)))
+    try:
+        return timedelta(seconds=sum(float(n) * _UNITS[u] for n, u in _PART.findall(compact)))
+    except OverflowError:
+        raise ValueError(f"{text!r} is longer than any duration this can count "
+                         "(999,999,999 days)") from None
 
 
 def parse_since(text: str, now: datetime | None = None) -> datetime:
@@ -35,9 +39,15 @@ def parse_since(text: str, now: datetime | None = None) -> datetime:
     """
     now = now or datetime.now(timezone.utc)
     try:
-        return now - parse_duration(text)
-    except ValueError:
-        pass
+        duration = parse_duration(text)
+    except ValueError as exc:
+        if "longer than" in str(exc):
+            raise
+    else:
+        try:
+            return now - duration
+        except OverflowError:
+            raise ValueError(f"{text!r} back from now is before the year 1") from None
     iso = text.strip()
     if iso[-1:] in ("Z", "z"):  # fromisoformat reads "Z" only from Python 3.11 on
         iso = iso[:-1] + "+00:00"

@@ -94,6 +94,8 @@ def test_prune_deletes_old_runs_but_never_live_recordings(pg_dsn: str, pg_schema
 
     bad = agentreplay("prune", "--older-than", "a month", *where)
     assert "not a duration" in one_line_error(bad)
+    huge = agentreplay("prune", "--older-than", "99999999999d", *where)
+    assert "longer than any duration" in one_line_error(huge)
     missing = agentreplay("prune", *where)
     assert missing.returncode == 2 and "--older-than" in missing.stderr
 

@@ -122,6 +122,11 @@ def test_runs_lists_filters_and_shows_dead_runs_incomplete(pg_dsn: str, pg_schem
 
     bad = agentreplay("runs", "--since", "last tuesday", *where)
     assert "last tuesday" in one_line_error(bad) and "30d" in bad.stderr
+    # further back than a date can be, or longer than a duration can be: no traceback
+    assert "before the year 1" in one_line_error(agentreplay("runs", "--since", "3000000d",
+                                                             *where))
+    assert "longer than any duration" in one_line_error(agentreplay(
+        "runs", "--since", "99999999999d", *where))
 
 
 def test_show_prints_steps_one_step_and_json(pg_dsn: str, pg_schema: str) -> None:
