@@ -37,6 +37,10 @@ from agentreplay_core.stores._backend import (
 log = logging.getLogger("agentreplay")
 
 
+#: while the database counts as down, how often a write tries it once nonetheless
+PROBE_SECONDS = 1.0
+
+
 class Outcome(enum.Enum):
     WRITTEN = "written"
     UNREACHABLE = "unreachable"  # retry later: spool
@@ -61,6 +65,7 @@ class Sink:
         self._lock = threading.Lock()
         self._spooling: set[UUID] = set()
         self._down_until = 0.0
+        self._next_probe = 0.0
         #: per run: steps written, steps that went to the spool, and rows not kept at all
         self.written_steps: dict[UUID, int] = {}
         self.spooled_steps: dict[UUID, int] = {}
@@ -75,7 +80,7 @@ class Sink:
 
     def _try(self, action: Callable[[], object], what: str) -> Outcome:
         if time.monotonic() < self._down_until:
-            return Outcome.UNREACHABLE
+            return self._probe(action, what)
         try:  # the common case, without the retry machinery's overhead
             action()
             return Outcome.WRITTEN
@@ -100,6 +105,25 @@ class Sink:
         self._down_until = time.monotonic() + self.cooldown_seconds
         self._note(f"run store {self.backend.description} failed ({what}): {error!r}; spooling")
         return Outcome.UNREACHABLE
+
+    def _probe(self, action: Callable[[], object], what: str) -> Outcome:
+        """While the database was unreachable moments ago (`cooldown_seconds`): one attempt,
+        without retries, every `PROBE_SECONDS` at most, so that writes go to the database as
+        soon as it is back (a `sync` run started then was spooled for the rest of the
+        cooldown), and the others spool at once instead of each waiting for a connection."""
+        now = time.monotonic()
+        if now < self._next_probe:
+            return Outcome.UNREACHABLE
+        self._next_probe = now + PROBE_SECONDS
+        try:
+            action()
+        except Exception as exc:
+            if self.backend.is_permanent(exc):
+                self._note(f"run store {self.backend.description} rejected {what}: {exc}")
+                return Outcome.REJECTED
+            return Outcome.UNREACHABLE
+        self._down_until = 0.0
+        return Outcome.WRITTEN
 
     def _note(self, message: str, level: int = logging.WARNING) -> None:
         log.log(level, "agentreplay: %s", message)
@@ -263,15 +287,15 @@ class Sink:
         loaded: dict[UUID, int] = {}
         with self._lock:
             run_ids = sorted(self._spooling, key=str)
-        if run_ids and time.monotonic() < self._down_until:
-            self._note(f"{counted(len(run_ids), 'spooled run')} left in "
-                       f"{self.spool.directory}: the database was unreachable moments ago; "
-                       "load spooled runs later with `agentreplay spool flush`")
-            return loaded
-        for run_id in run_ids:
+        for n, run_id in enumerate(run_ids):
             try:
                 loaded[run_id] = self.spool.load_into(self.backend, run_id)
             except Exception as exc:
+                if not self.backend.is_permanent(exc):  # unreachable: so for the others too
+                    self._note(f"{counted(len(run_ids) - n, 'spooled run')} left in "
+                               f"{self.spool.directory}: {exc!r}; load spooled runs later "
+                               "with `agentreplay spool flush`")
+                    break
                 self._note(f"spooled run {run_id} stays in {self.spool.directory}: {exc!r}; "
                            "load it later with `agentreplay spool flush`")
                 continue

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agentreplay_core import RunStatus, open_store
+from agentreplay_core import RunStatus, _sink, open_store
 from tests.support.pgcluster import PgCluster
 
 
@@ -74,6 +74,36 @@ def test_store_close_loads_spool_when_database_is_back(
     with open_store(private_cluster.dsn, schema="faults") as check:
         assert [s.output for s in check.load_steps(rec.run_id)] == ["before", "during", "after"]
         assert check.verify(rec.run_id).ok
+
+
+def test_writes_reach_the_database_as_soon_as_it_is_back(
+    private_cluster: PgCluster, tmp_path: Path
+) -> None:
+    """For the cooldown after an outage (5 s) every write was spooled without trying: a
+    `sync` run started with the database back committed nothing, and closing the store left
+    the spool unloaded ("unreachable moments ago")."""
+    spool = tmp_path / "spool"
+    store = open_store(private_cluster.dsn, schema="faults", spool_dir=spool)
+    store._sink.retry_seconds = 0.3
+    with store.record(name="warm", durability="sync") as warm:
+        warm.record("tool", "t", {}, "before")
+    private_cluster.stop()
+    with store.record(name="during", durability="sync") as during:
+        during.record("tool", "t", {}, "spooled")
+    assert during.stats.spooled == 1
+    private_cluster.start()
+    private_cluster.wait_ready()
+    time.sleep(_sink.PROBE_SECONDS)  # the database counts as down still, for seconds more
+    with store.record(name="after", durability="sync") as after:
+        after.record("tool", "t", {}, "committed")
+        with open_store(private_cluster.dsn, schema="faults") as look:
+            assert [s.output for s in look.load_steps(after.run_id)] == ["committed"]
+    assert after.stats.spooled == 0
+    store.close()
+    assert not any(spool.glob("*.jsonl*"))
+    with open_store(private_cluster.dsn, schema="faults") as check:
+        assert [s.output for s in check.load_steps(during.run_id)] == ["spooled"]
+        assert check.verify(during.run_id).ok and check.verify(after.run_id).ok
 
 
 CHILD = textwrap.dedent("""
