@@ -469,7 +469,10 @@ class Player:
     def _not_replayed(self, unconsumed: list[Step]) -> list[Step]:
         """`unconsumed` without the calls that ran for real in this replay, everything
         recorded inside them replayed (a tool whose model `ReplayLLM` serves): nobody asks
-        for such a call's own step, and nothing of it is missing."""
+        for such a call's own step, and nothing of it is missing. So is a retriever that ran
+        here at its recorded path with nothing recorded inside it (a query embedded once for
+        two retrievers: the second one reads it from the query); a tool or a model so is
+        reported, as it may have answered live."""
         if not any(step.path for step in unconsumed):
             return unconsumed
         consumed = self._consumed
@@ -479,7 +482,9 @@ class Player:
             if not step.path:
                 continue
             inner = below.take_inside(step.path, step.step)
-            if inner and step.step not in consumed and all(
-                    s.step in consumed or s.step in through for s in inner):
+            if step.step in consumed:
+                continue
+            if (inner and all(s.step in consumed or s.step in through for s in inner)) or (
+                    not inner and step.kind == "retriever" and step.path in self._started_at):
                 through.add(step.step)
         return [step for step in unconsumed if step.step not in through]
