@@ -233,6 +233,7 @@ def _check_chain(run: Run, steps: Sequence[Step], key: bytes | None) -> VerifyRe
     problems = report.problems
     previous = GENESIS
     expected_step = 1
+    first_mismatch: int | None = None
     for step in steps:
         if step.run_id != run.run_id:
             problems.append(Problem(run.run_id, step.step, "foreign_step",
@@ -253,14 +254,29 @@ def _check_chain(run: Run, steps: Sequence[Step], key: bytes | None) -> VerifyRe
             if after_gap:
                 problems.append(Problem(run.run_id, step.step, "unverifiable_after_gap",
                                         "cannot be checked: the step before it is missing"))
+            elif len(previous) != len(GENESIS):
+                problems.append(Problem(run.run_id, step.step, "unverifiable_after_bad_link",
+                                        "cannot be checked: the checksum of the step before "
+                                        "it is no checksum"))
             else:
                 problems.append(Problem(run.run_id, step.step, "checksum_mismatch",
-                                        "content does not match its checksum (changed, "
-                                        "inserted, reordered or copied from another run)"))
+                                        _mismatch(first_mismatch)))
+                first_mismatch = first_mismatch or step.step
         previous = _digest_bytes(step.checksum)
         expected_step = max(expected_step, step.step + 1)
     _check_seal(run, steps, previous, key, report)
     return report
+
+
+def _mismatch(earlier: int | None) -> str:
+    text = ("content does not match its checksum (changed, inserted, reordered or copied "
+            "from another run)")
+    if earlier is None:
+        return text
+    # a step's checksum follows from the one before it, and its input may be stored as a
+    # change to an earlier step's: one edited row can fail the steps after it
+    return (f"{text}, or only step {earlier} before it was: a step's checksum follows from "
+            "the one before it, and its input may be stored as a change to an earlier one's")
 
 
 def _missing(run: Run, first: int, following: int) -> Problem:

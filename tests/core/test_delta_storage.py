@@ -331,6 +331,10 @@ def test_a_tampered_base_fails_verification_of_it_and_its_deltas(
     assert {p.step for p in report.problems} == {3, 4, 5, 6}  # 4-6 take step 3's messages
     assert all(p.code == "checksum_mismatch" for p in report.problems)
     assert "step 4" in str(report)
+    # the steps after it say they may be untouched, and which step to look at first
+    said = {p.step: p.message for p in report.problems}
+    assert "or only step 3 before it was" not in said[3]
+    assert all("or only step 3 before it was" in said[n] for n in (4, 5, 6))
     assert [m["content"] for m in pg_store.load_steps(run_id)[3].input["messages"]].count(
         "forged") == 1
 

@@ -96,6 +96,19 @@ def test_one_changed_step_is_reported_once(pg_dsn: str, pg_schema: str) -> None:
     assert [(p.step, p.code) for p in report.problems] == [(3, "checksum_mismatch")]
 
 
+def test_a_checksum_made_no_checksum_does_not_blame_the_next_step(
+        pg_dsn: str, pg_schema: str) -> None:
+    """The step after a row whose checksum is no longer hex cannot be checked (its chain
+    starts from that checksum): it was reported as changed."""
+    with open_store(pg_dsn, schema=pg_schema) as store:
+        run = _record(store, steps=5)
+        _sql(pg_dsn, pg_schema, "UPDATE {s}.run_log SET checksum = 'not hex' "
+             "WHERE run_id = %s AND step = 2", run)
+        report = store.verify(run)
+    assert [(p.step, p.code) for p in report.problems] == [
+        (2, "checksum_mismatch"), (3, "unverifiable_after_bad_link")]
+
+
 def test_a_step_renumbered_far_ahead_is_one_gap(pg_dsn: str, pg_schema: str) -> None:
     """Found by fuzzing: verification listed one problem per skipped number, so a step number
     raised to two billion made it allocate gigabytes. A gap is one problem naming its range."""
