@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar, Token
 from types import TracebackType
@@ -24,6 +25,7 @@ from agentreplay_langchain._handler import RecordingCallbackHandler
 from agentreplay_langchain._tree import BOUNDARY_TYPES, RunTreeTracker
 
 H = TypeVar("H", bound=RunTreeTracker)
+log = logging.getLogger("agentreplay.langchain")
 _STARTS = ("on_chain_start", "on_chat_model_start", "on_llm_start", "on_tool_start",
            "on_retriever_start")
 
@@ -32,6 +34,7 @@ def _unless_closed(method: Callable[..., None]) -> Callable[..., None]:
     @functools.wraps(method)
     def start(self: Any, *args: Any, **kwargs: Any) -> None:
         if not self.closed:
+            self.started = True
             method(self, *args, **kwargs)
     return start
 
@@ -42,6 +45,7 @@ def _ambient(base: type[H]) -> type[H]:
     stop recording everywhere. Runs already under way finish normally."""
     namespace: dict[str, Any] = {name: _unless_closed(getattr(base, name)) for name in _STARTS}
     namespace["closed"] = False
+    namespace["started"] = False  # whether it saw a run at all
     namespace["__doc__"] = base.__doc__
     return type(base.__name__, (base,), namespace)
 
@@ -135,6 +139,16 @@ class Instrumentation:
         if not tokens or self.handler is None:
             return
         self.handler.closed = True  # type: ignore[attr-defined]
+        if isinstance(self.target, Recorder) and self.session is None \
+                and not getattr(self.handler, "started", True):
+            # the likely reason, and nothing else would say it: the live run succeeds, the
+            # run is sealed empty, and only its replay finds that nothing was recorded
+            log.warning(
+                "agentreplay: instrument() recording run %s saw no LangChain run; LangChain "
+                "calls made in threads of your own (a ThreadPoolExecutor) do not see it: start "
+                "them with contextvars.copy_context().run, or LangChain's "
+                "ContextThreadPoolExecutor, or pass RecordingCallbackHandler(rec) in their "
+                "config", self.target.run_id)
         # Only the context that opened the handle can reset it; elsewhere the closed handler
         # stays set but takes no new runs (setting None there could detach another handle).
         for var, token in reversed(tokens):

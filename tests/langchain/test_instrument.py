@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import logging
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -55,6 +57,23 @@ def test_records_a_chain_without_callbacks_in_its_config(store: Store) -> None:
     assert rec.stats.internal_errors == 0
     with store.replay(rec.run_id, allow_unused=True) as player:
         assert chain(ReplayChatModel(player=player)).invoke({"q": "one"}).content == live.content
+
+
+def test_an_instrument_block_that_saw_no_run_says_why_it_may_be(
+        store: Store, caplog: pytest.LogCaptureFixture) -> None:
+    """Agents run on the application's own threads do not see the context `instrument()`
+    set: the run was sealed empty, and nothing said so until its replay found nothing."""
+    model = ScriptedChatModel()
+    with caplog.at_level(logging.WARNING, logger="agentreplay.langchain"), \
+            store.record(name="own threads") as rec:
+        with instrument(rec), ThreadPoolExecutor(2) as pool:
+            list(pool.map(lambda q: chain(model).invoke({"q": q}), ["a", "b"]))
+        with instrument(rec):  # a block whose runs it sees: nothing to say
+            chain(model).invoke({"q": "c"})
+    assert model.calls == 3 and prompts(store, rec.run_id) == ["c"]
+    [warning] = [r.getMessage() for r in caplog.records if "saw no LangChain run" in
+                 r.getMessage()]
+    assert str(rec.run_id) in warning and "ContextThreadPoolExecutor" in warning
 
 
 def test_a_tool_loop_under_instrument_replays(store: Store) -> None:
