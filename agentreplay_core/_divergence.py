@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 from uuid import UUID
 
@@ -118,18 +118,26 @@ def _replay_backends() -> str:
     return "; ".join(used or REPLAY_BACKENDS.values())
 
 
-def missing_calls(run_id: UUID, missing: Sequence[Step],
-                  ran: Collection[str] = ()) -> ReplayDivergence:
+def missing_calls(run_id: UUID, missing: Sequence[Step], ran: Collection[str] = (),
+                  refused: Mapping[str, str] | None = None) -> ReplayDivergence:
     """The error for recorded steps the replay never asked for; `ran`: the paths where a
-    tracked call started in the replay (those steps' calls ran for real, not replayed).
-    Named after the first call not inside another missing one (a tool, not the clock read
-    recorded inside it before it)."""
+    tracked call started in the replay (those steps' calls ran for real, not replayed);
+    `refused`: paths where a replay backend was asked but could not take the request, and
+    why. Named after the first call not inside another missing one (a tool, not the clock
+    read recorded inside it before it)."""
     paths = {s.path for s in missing if s.path}
     first = next((s for s in missing
                   if not s.path or not _within(s.path.rpartition("/")[0], paths)), missing[0])
     detail = (f"{counted(len(missing), 'recorded step')} "
               f"{'was' if len(missing) == 1 else 'were'} never replayed: {_listed(missing)}; ")
-    live = [s for s in missing if s.path and _within(s.path, ran)]
+    refused = refused or {}
+    asked = [s for s in missing if s.path in refused]
+    if asked:
+        step = asked[0]
+        whose = "" if len(asked) == len(missing) else f"{_listed(asked)}: "
+        detail += (f"{whose}its replay backend was asked at the recorded path but could not "
+                   f"take the request ({refused[step.path]}); ")
+    live = [s for s in missing if s.path and s.path not in refused and _within(s.path, ran)]
     if live:
         one = len(live) == 1
         who = ("it" if one else "they") if len(live) == len(missing) else _listed(live)

@@ -114,6 +114,8 @@ class Player:
         #: paths where a tracked call (a tool, retriever or model) started in this replay,
         #: served or not: a recorded step at one of them that nobody asked for ran for real
         self._started_at: set[str] = set()
+        #: paths where a call's request could not be encoded to be matched, with why
+        self._refused: dict[str, str] = {}
 
     @property
     def run_id(self) -> UUID:
@@ -239,21 +241,26 @@ class Player:
         if match_key is not None:
             match_key = clean_key(match_key)
         redacted = sent = None
-        if self.redactor is None:
-            if match_key is not None:
-                key = match_key
-            else:
-                encoded = encode(request, path="request")
-                key = match_key_of_canonical(kind, name, canonical_bytes(encoded))
-                if self._secret_matcher is not None:  # placeholders match unchecked
-                    sent = encoded
-        else:
-            key, redacted, sent = self._redacted_key(kind, name, request, match_key)
-            if redacted is not None:  # never show the secret in a divergence report
-                request = shown_request(redacted)
         if path is None:  # where the recorder would have put this call
             path = join_path(current_path(), f"{kind}:{name}")
         path = clean_label(path)
+        try:
+            if self.redactor is None:
+                if match_key is not None:
+                    key = match_key
+                else:
+                    encoded = encode(request, path="request")
+                    key = match_key_of_canonical(kind, name, canonical_bytes(encoded))
+                    if self._secret_matcher is not None:  # placeholders match unchecked
+                        sent = encoded
+            else:
+                key, redacted, sent = self._redacted_key(kind, name, request, match_key)
+                if redacted is not None:  # never show the secret in a divergence report
+                    request = shown_request(redacted)
+        except SerializationError as exc:
+            # a step left unasked here was not run for real: its request could not be taken
+            self._refused.setdefault(path, str(exc))
+            raise
         with self._lock:
             step, expected_next = self._take(kind, name, key, path)
             near = None
@@ -460,7 +467,8 @@ class Player:
         if the replayed code caught a divergence (the likely reason), that one again."""
         missing = self._not_replayed(self.unconsumed())
         if missing:
-            unused = missing_calls(self.run_id, missing, ran=self._started_at)
+            unused = missing_calls(self.run_id, missing, ran=self._started_at,
+                                   refused=self._refused)
             first = self.diverged
             if first is None:
                 raise unused

@@ -19,6 +19,7 @@ from agentreplay_core import (
     ReplayedCancellation,
     ReplayedError,
     RunStatus,
+    SerializationError,
     Store,
     decode,
     path_scope,
@@ -499,6 +500,25 @@ def test_missing_call_says_which_calls_ran_for_real(any_store: Store) -> None:
         player.next("llm", "m", {"p": 1}, path="agent/llm:m")
     assert "ran for real" not in str(caught.value)
     assert str(caught.value).endswith("pass allow_unused=True if that is expected")
+
+
+def test_a_call_whose_request_could_not_be_taken_is_not_said_to_have_run(
+        any_store: Store) -> None:
+    """A request the codec cannot keep (a client object) is recorded unencodable, and its
+    replay raises SerializationError at the call; code that catches it left a missing_call
+    saying the call ran for real for want of its replay backend."""
+    class Client:
+        pass
+
+    with any_store.record() as rec:
+        rec.call("tool", "fetch", {"client": Client()}, lambda: "page")
+    with pytest.raises(ReplayDivergence) as caught, any_store.replay(rec.run_id) as player:
+        with pytest.raises(SerializationError):
+            player.next("tool", "fetch", {"client": Client()})
+    detail = caught.value.detail or ""
+    assert caught.value.classification == "missing_call"
+    assert "could not take the request (cannot encode a value of type" in detail
+    assert "ran for real" not in detail
 
 
 def test_user_error_inside_replay_is_not_masked_by_missing_calls(any_store: Store) -> None:
