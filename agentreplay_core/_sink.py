@@ -287,6 +287,13 @@ class Sink:
         loaded: dict[UUID, int] = {}
         with self._lock:
             run_ids = sorted(self._spooling, key=str)
+        if run_ids and time.monotonic() < self._down_until:
+            # no write reached the database since it went away (one that did ends this): a
+            # load now would only fail, leaving the spool files renamed for a later load
+            self._note(f"{counted(len(run_ids), 'spooled run')} left in "
+                       f"{self.spool.directory}: the database was unreachable moments ago; "
+                       "load spooled runs later with `agentreplay spool flush`")
+            return loaded
         for n, run_id in enumerate(run_ids):
             try:
                 loaded[run_id] = self.spool.load_into(self.backend, run_id)
