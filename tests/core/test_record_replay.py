@@ -512,9 +512,9 @@ def test_a_call_whose_request_could_not_be_taken_is_not_said_to_have_run(
 
     with any_store.record() as rec:
         rec.call("tool", "fetch", {"client": Client()}, lambda: "page")
-    with pytest.raises(ReplayDivergence) as caught, any_store.replay(rec.run_id) as player:
-        with pytest.raises(SerializationError):
-            player.next("tool", "fetch", {"client": Client()})
+    with pytest.raises(ReplayDivergence) as caught, any_store.replay(rec.run_id) as player, \
+            pytest.raises(SerializationError):
+        player.next("tool", "fetch", {"client": Client()})
     detail = caught.value.detail or ""
     assert caught.value.classification == "missing_call"
     assert "could not take the request (cannot encode a value of type" in detail

@@ -15,8 +15,8 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import BaseModel
 
 from agentreplay_langchain import ReplayChatModel, ReplayLLM
-from agentreplay_langchain._construct import built_message, chat_generation, chat_result
-from agentreplay_langchain._convert import ENVELOPE, dump
+from agentreplay_langchain._construct import ENVELOPE, built_message, chat_generation, chat_result
+from agentreplay_langchain._convert import dump
 from agentreplay_langchain._tools import ReplayTool
 from tests.langchain.test_convert_fields import json_dicts, messages
 

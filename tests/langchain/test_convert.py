@@ -9,7 +9,8 @@ from langchain_core.load import dumpd
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration
 
-from agentreplay_langchain._convert import ENVELOPE, ENVELOPE_VERSION, dump, revive
+from agentreplay_langchain._construct import ENVELOPE, ENVELOPE_VERSION
+from agentreplay_langchain._convert import dump, revive
 
 # what a user dict inside a message may look like; dumpd must escape it, revive unescape it
 LOOKS_SERIALIZED = {"lc": 1, "type": "constructor", "id": ["langchain", "llms", "OpenAI"],

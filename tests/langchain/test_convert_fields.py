@@ -36,7 +36,8 @@ from pydantic import BaseModel
 from agentreplay_core import Store, decode, encode
 from agentreplay_core._codec import canonical_bytes
 from agentreplay_langchain import RecordingCallbackHandler, ReplayChatModel
-from agentreplay_langchain._convert import ENVELOPE, FIELDS_VERSION, dump, revive, revive_encoded
+from agentreplay_langchain._construct import ENVELOPE, FIELDS_VERSION
+from agentreplay_langchain._convert import dump, revive, revive_encoded
 
 # what a user dict inside a message may look like: it must stay data, never be revived
 LOOKS_SERIALIZED = {"lc": 1, "type": "constructor", "id": ["langchain", "llms", "OpenAI"],

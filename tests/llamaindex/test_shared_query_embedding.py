@@ -11,6 +11,7 @@ from llama_index.core import Document, VectorStoreIndex
 from llama_index.core.embeddings import BaseEmbedding
 from llama_index.core.llms import MockLLM
 from llama_index.core.retrievers import QueryFusionRetriever
+from llama_index.core.retrievers.fusion_retriever import FUSION_MODES
 
 from agentreplay_core import Store
 from agentreplay_llamaindex import ReplayEmbedding, instrument
@@ -39,7 +40,7 @@ def _fused(embedding: Any) -> list[tuple[str, float | None]]:
     second = VectorStoreIndex.from_documents(DOCS[3:], embed_model=embedding)
     fused = QueryFusionRetriever(
         [first.as_retriever(similarity_top_k=2), second.as_retriever(similarity_top_k=2)],
-        num_queries=1, use_async=False, mode="simple", llm=MockLLM())
+        num_queries=1, use_async=False, mode=FUSION_MODES.SIMPLE, llm=MockLLM())
     return [(n.node.get_content(), n.score) for n in fused.retrieve("find docs")]
 
 
