@@ -25,7 +25,13 @@ from agentreplay_langchain._compat import keep_signatures, tool_start_inputs
 from agentreplay_langchain._convert import tool_output, tool_result
 from agentreplay_langchain._custom_events import adispatch_again, dispatch_again, error_events
 from agentreplay_langchain._instrument import untracked
-from agentreplay_langchain._interrupts import pause_again, resume_answers
+from agentreplay_langchain._interrupts import (
+    answer_again,
+    apause_again,
+    call_key,
+    pause_again,
+    resume_answers,
+)
 from agentreplay_langchain._live_effects import LiveEffects
 from agentreplay_langchain._requests import tool_request
 from agentreplay_langchain._store_writes import STORE_WRITES, awrite_again, write_again
@@ -140,7 +146,8 @@ class ReplayTool(BaseTool):
         invocation = _invocation.get()
         if invocation is None:  # _run called directly: take the arguments as they came
             given = args[0] if len(args) == 1 and not kwargs else kwargs
-            invocation = _Invocation(tool_request(given, resume_answers()), tool_input=given)
+            invocation = _Invocation(tool_request(given, resume_answers(watch=False)),
+                                     tool_input=given)
         invocation.served = True
         path = tracked_path(run_manager.handlers, run_manager.run_id) if run_manager else None
         if path is None and invocation.tool_call_id is not None:
@@ -157,8 +164,10 @@ class ReplayTool(BaseTool):
         except FAILURES as replayed:  # an interrupt replayed too
             dispatch_again(run_manager, error_events(replayed))
             stream_again(recorded_error(replayed))
-            pause_again(replayed)  # a LangGraph interrupt pauses the graph as it did
+            # a LangGraph interrupt pauses the graph as it did
+            pause_again(replayed, self.player, self._call_key(invocation))
             raise
+        self._answered_again(invocation)
         dispatch_again(run_manager, output)  # (a live run's too: it had no callbacks)
         if not invocation.live:  # (a live run wrote to the stream itself)
             stream_again(output)
@@ -175,12 +184,25 @@ class ReplayTool(BaseTool):
         except FAILURES as replayed:  # an interrupt replayed too
             await adispatch_again(run_manager, error_events(replayed))
             stream_again(recorded_error(replayed))
-            pause_again(replayed)
+            await apause_again(replayed, self.player, self._call_key(invocation))
             raise
+        self._answered_again(invocation)
         await adispatch_again(run_manager, output)
         if not invocation.live:
             stream_again(output)
         return self._result(invocation, output)
+
+    def _call_key(self, invocation: _Invocation) -> Any:
+        request = invocation.request
+        tool_input = request.get("input") if isinstance(request, dict) else request
+        return call_key(self.name, invocation.tool_call_id, tool_input)
+
+    def _answered_again(self, invocation: _Invocation) -> None:
+        """A served call that paused before went through its answered interrupts again, so
+        that the next `interrupt` of its LangGraph task takes the answer meant for it (a live
+        run made its own `interrupt` calls)."""
+        if not invocation.live:
+            answer_again(self.player, self._call_key(invocation))
 
     def _result(self, invocation: _Invocation, output: Any) -> Any:
         """What `_run` returns for the served (or live) output of this call."""
@@ -265,7 +287,7 @@ class ReplayTool(BaseTool):
         """The request as on_tool_start saw it, for `_run`; a call that failed before `_run`
         uses up (or, live, records) its step with the error."""
         invocation = _Invocation(tool_request(tool_start_inputs(self, tool_input),
-                                              resume_answers()),
+                                              resume_answers(watch=False)),
                                  tool_input=tool_input, tool_call_id=kwargs.get("tool_call_id"))
         token = _invocation.set(invocation)
         try:
