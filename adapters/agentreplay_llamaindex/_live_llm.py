@@ -22,9 +22,11 @@ from agentreplay_core._recorded_errors import (
     error_to_record,
 )
 from agentreplay_llamaindex._llm_calls import (
+    TOOL_CALLS_REQUIRED,
     LlmCall,
     chunk_item,
     new_call,
+    tool_calls_required,
     write_call,
     write_error,
 )
@@ -35,7 +37,10 @@ _END = object()
 #: its chat methods, so that a live LLM can build its own wire format from the tool objects
 TOOL_OPTIONS = "_agentreplay_tool_options"
 
-Remember = Callable[[Any, "list[dict[str, Any]] | None"], None]
+#: what `ReplayLLM.get_tool_calls_from_response` serves for one response: its recorded
+#: `tool_calls`, and `TOOL_CALLS_REQUIRED` where the recording holds it
+Reading = dict[str, Any]
+Remember = Callable[[Any, Reading], None]
 
 
 class LiveLLM:
@@ -73,7 +78,8 @@ class LiveLLM:
 
     def _finished(self, fork: Recorder, call: LlmCall, response: Any) -> Any:
         output = write_call(fork, call, response=response)
-        self._remember(response, output.get("tool_calls"))
+        self._remember(response, {k: output[k] for k in ("tool_calls", TOOL_CALLS_REQUIRED)
+                                  if k in output})
         return response
 
     def call(self, fork: Recorder, method: str, mode: str, payload: Any,
@@ -109,7 +115,12 @@ class LiveLLM:
     def _chunk(self, call: LlmCall, chunk: Any) -> None:
         item = chunk_item(call, chunk)
         call.chunks.append(item)
-        self._remember(chunk, item.get("tool_calls"))
+        reading: Reading = {"tool_calls": item.get("tool_calls")}
+        if reading["tool_calls"] == []:
+            # the live model is at hand: ask it what it does without tool calls, chunk by
+            # chunk (the recording stores that once per step, for the final response)
+            reading[TOOL_CALLS_REQUIRED] = tool_calls_required(call.instance, chunk)
+        self._remember(chunk, reading)
 
     def _relay(self, fork: Recorder, call: LlmCall, chunks: Any
                ) -> Generator[Any, None, None]:

@@ -83,18 +83,49 @@ def _name_of(metadata: dict[str, Any], instance: Any) -> str:
     return llm_step_name(metadata.get("model_name"), instance)
 
 
-def _tool_calls(instance: Any, response: Any) -> list[dict[str, Any]] | dict[str, Any] | None:
+#: the output key of what reading a chat response's tool calls with
+#: `error_on_no_tool_call=True` gave, stored where the ordinary reading found none: a list (an
+#: integration that ignores the flag), or `{"error": ...}`. Runs recorded without it replay
+#: as they did: a made-up error.
+TOOL_CALLS_REQUIRED = "tool_calls_required"
+
+
+def _tool_calls(instance: Any, response: Any, *, strict: bool = False
+                ) -> list[dict[str, Any]] | dict[str, Any] | None:
     """The tool calls the live LLM reads from its own response (replay serves the same), or
-    the error it raised reading them (`{"error": ...}`, raised again in replay if asked)."""
+    the error it raised reading them (`{"error": ...}`, raised again in replay if asked).
+    `strict`: read with `error_on_no_tool_call=True` (what `predict_and_call` and
+    `structured_predict` ask), which integrations honour differently."""
     if not isinstance(instance, FunctionCallingLLM) or response is None:
         return None
     try:
         return tool_selections_json(
-            instance.get_tool_calls_from_response(response, error_on_no_tool_call=False))
+            instance.get_tool_calls_from_response(response, error_on_no_tool_call=strict))
     except Exception as exc:
         # integrations that do not implement it, or reject this response (a streamed chunk
         # whose arguments are not whole JSON yet, which structured streams skip)
         return {TOOL_CALLS_ERROR: error_to_record(exc)}
+
+
+def add_tool_calls(output: dict[str, Any], instance: Any, response: Any) -> None:
+    """Store the tool calls read from a chat response, and, where there were none, what
+    reading them with `error_on_no_tool_call=True` did (`TOOL_CALLS_REQUIRED`).
+
+    Only the live model knows whether it raises then (OpenAI's does, LlamaIndex's mock and
+    some integrations return no calls), and with which error: a replay that guessed would
+    raise where the live program went on, or raise another error than the live one. Asked
+    again only for a response without tool calls, where the answers may differ.
+    """
+    calls = _tool_calls(instance, response)
+    output["tool_calls"] = calls
+    if calls == []:
+        output[TOOL_CALLS_REQUIRED] = _tool_calls(instance, response, strict=True)
+
+
+def tool_calls_required(instance: Any, response: Any
+                        ) -> list[dict[str, Any]] | dict[str, Any] | None:
+    """What reading `response`'s tool calls with `error_on_no_tool_call=True` gives."""
+    return _tool_calls(instance, response, strict=True)
 
 
 class LlmRecorder:
@@ -246,7 +277,7 @@ def write_call(recorder: Recorder, call: LlmCall, *, response: Any, abandoned: b
         "response": response_json(response),
         "request_kwargs": call.kwargs, "metadata": call.metadata}
     if call.mode == "chat":
-        output["tool_calls"] = _tool_calls(call.instance, response)
+        add_tool_calls(output, call.instance, response)
     if call.stream:
         chunks = call.chunks if recorder.redactor is None \
             else redacted_stream(call.chunks, recorder.redactor.redact_pieces)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentreplay_core import Player, decode
+from agentreplay_core import Player, Step, decode
 from agentreplay_core._player import checked_player
 from agentreplay_llamaindex._convert import is_legacy_request
 
@@ -32,17 +32,27 @@ def recorded_name(player: Player, kind: str, name: str | None) -> str:
         f"pass name=... to say which one this replay backend stands for")
 
 
-def recorded_llm_metadata(player: Player, name: str) -> dict[str, Any]:
-    """The metadata the live LLM reported (context window, chat or completion, tools): with
-    the output, or with the request in runs recorded before `llm_view`."""
+def step_llm_metadata(step: Step) -> dict[str, Any] | None:
+    """The metadata the live LLM reported for one step (context window, chat or completion,
+    tools): with the output, or with the request in runs recorded before `llm_view`."""
+    for stored in (step.output, step.input):
+        held = stored.get("metadata") if isinstance(stored, dict) else None
+        if isinstance(held, dict):
+            meta = decode(held, restore_objects=False)
+            return {k: v for k, v in meta.items() if v is not None}
+    return None
+
+
+def recorded_llm_steps(player: Player, name: str) -> list[tuple[Step, dict[str, Any]]]:
+    """The `name` LLM steps that hold the metadata they were recorded with, in step order,
+    each with it."""
+    steps = []
     for step in player.steps:
         if step.kind == "llm" and step.name == name:
-            for stored in (step.output, step.input):
-                held = stored.get("metadata") if isinstance(stored, dict) else None
-                if isinstance(held, dict):
-                    meta = decode(held, restore_objects=False)
-                    return {k: v for k, v in meta.items() if v is not None}
-    return {"model_name": name}
+            meta = step_llm_metadata(step)
+            if meta is not None:
+                steps.append((step, meta))
+    return steps
 
 
 def has_legacy_llm_steps(player: Player, name: str) -> bool:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator, Generator, Sequence
+from collections.abc import AsyncGenerator, Generator, Mapping, Sequence
+from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from llama_index.core.base.llms.types import (
@@ -29,16 +30,20 @@ from agentreplay_core._recorded_errors import error_from_record
 from agentreplay_llamaindex._chunk_growth import expanded_growth
 from agentreplay_llamaindex._chunk_texts import expanded, texts_of
 from agentreplay_llamaindex._convert import (
+    METADATA_FIELDS,
     llm_match_key,
+    llm_metadata,
     llm_request,
     llm_view,
     recorded_tool_calls,
 )
-from agentreplay_llamaindex._live_llm import TOOL_OPTIONS, LiveLLM, tool_options
+from agentreplay_llamaindex._live_llm import TOOL_OPTIONS, LiveLLM, Reading, tool_options
+from agentreplay_llamaindex._llm_calls import TOOL_CALLS_REQUIRED
 from agentreplay_llamaindex._recorded import (
     has_legacy_llm_steps,
-    recorded_llm_metadata,
+    recorded_llm_steps,
     recorded_name,
+    step_llm_metadata,
 )
 from agentreplay_llamaindex._responses import response_from_json
 from agentreplay_llamaindex._tracking import live_path, replay_path
@@ -52,11 +57,22 @@ _REMEMBERED = 256
 Served = tuple[Step, dict[str, Any]]
 
 
-def _recorded_chunks(chunks: list[dict[str, Any]]
-                     ) -> list[tuple[Any, list[dict[str, Any]] | None]]:
+def _reading(out: dict[str, Any], calls: Any) -> Reading:
+    """What `get_tool_calls_from_response` serves for a response whose recorded tool calls
+    are `calls`, from the output of its step."""
+    reading: Reading = {"tool_calls": calls}
+    if calls == [] and TOOL_CALLS_REQUIRED in out:
+        # stored once per step (for its final response): the integration answers a chunk
+        # without tool calls as it answered the final response without them
+        reading[TOOL_CALLS_REQUIRED] = out[TOOL_CALLS_REQUIRED]
+    return reading
+
+
+def _recorded_chunks(out: dict[str, Any]) -> list[tuple[Any, Reading]]:
     """A recorded stream's responses, each with its tool calls; a chunk stored with what it
     adds to the one before it gets its whole texts back."""
-    served: list[tuple[Any, list[dict[str, Any]] | None]] = []
+    chunks: list[dict[str, Any]] = out.get("chunks") or []
+    served: list[tuple[Any, Reading]] = []
     previous: list[str | None] = []
     before: dict[str, Any] | None = None
     for chunk in chunks:
@@ -64,8 +80,42 @@ def _recorded_chunks(chunks: list[dict[str, Any]]
         stored = expanded(whole["response"], previous)
         previous = texts_of(stored)
         before = {**whole, "response": stored}
-        served.append((response_from_json(stored), whole.get("tool_calls")))
+        served.append((response_from_json(stored), _reading(out, whole.get("tool_calls"))))
     return served
+
+
+def _plain_metadata(metadata: LLMMetadata | Mapping[str, Any]) -> dict[str, Any]:
+    """Settings to choose recorded steps by, as the recording stores them."""
+    if isinstance(metadata, LLMMetadata):
+        items = {k: getattr(metadata, k, None) for k in METADATA_FIELDS}
+    else:
+        items = dict(metadata)
+        unknown = sorted(set(items) - set(METADATA_FIELDS))
+        if unknown:
+            raise ValueError(f"ReplayLLM(metadata=...) got {', '.join(unknown)}; the recorded "
+                             f"settings are {', '.join(METADATA_FIELDS)}")
+    return {k: v.value if isinstance(v, Enum) else v for k, v in items.items() if v is not None}
+
+
+def _fits(recorded: dict[str, Any], wanted: dict[str, Any]) -> bool:
+    return all(recorded.get(k) == v for k, v in wanted.items())
+
+
+def _distinct(metas: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for meta in metas:
+        if meta not in out:
+            out.append(meta)
+    return out
+
+
+def _shown(meta: dict[str, Any], fields: Sequence[str]) -> str:
+    return ", ".join(f"{k}={meta.get(k)!r}" for k in fields)
+
+
+def _differing(metas: Sequence[dict[str, Any]]) -> list[str]:
+    """The fields whose values differ among `metas`."""
+    return [k for k in METADATA_FIELDS if len({repr(m.get(k)) for m in metas}) > 1]
 
 
 class ReplayLLM(FunctionCallingLLM):
@@ -81,22 +131,44 @@ class ReplayLLM(FunctionCallingLLM):
         player: the `Player` of `store.replay(run_id)`.
         name: the recorded model name; needed only when the run used several LLMs.
         live: the real LLM to continue with after a divergence (fork and continue).
+        metadata: which settings of the model this stands for (the live model's `metadata`,
+            or a dict of the fields that tell them apart: `{"num_output": 1000}`), when the
+            run recorded the model name with several (two query engines over one model name
+            with different `max_tokens`). Without it, `live`'s metadata chooses if it was
+            recorded, else `metadata` is that of the earliest recorded step of the name not
+            served yet, which is right when the program builds each component that reads it
+            just before using it.
     """
 
     recorded_name: str = Field(description="The recorded model name this LLM replays.")
     _player: Player = PrivateAttr()
     _meta: dict[str, Any] = PrivateAttr()
-    _served: list[tuple[Any, list[dict[str, Any]] | None]] = PrivateAttr()
+    #: this stand-in's steps with their settings, when those differ (else empty: `_meta`)
+    _settings: list[tuple[Step, dict[str, Any]]] = PrivateAttr()
+    _next_setting: int = PrivateAttr()
+    #: every setting the name was recorded with, and those this stand-in reported
+    _recorded_settings: list[dict[str, Any]] = PrivateAttr()
+    _reported: list[dict[str, Any]] = PrivateAttr()
+    _served: list[tuple[Any, Reading]] = PrivateAttr()
     _window: int = PrivateAttr()
     _live: LiveLLM | None = PrivateAttr()
     _legacy: bool = PrivateAttr()
 
     def __init__(self, player: Player, *, name: str | None = None, live: LLM | None = None,
-                 **kwargs: Any) -> None:
+                 metadata: LLMMetadata | Mapping[str, Any] | None = None, **kwargs: Any
+                 ) -> None:
         resolved = recorded_name(player, "llm", name)
         super().__init__(recorded_name=resolved, **kwargs)
         self._player = player
-        self._meta = recorded_llm_metadata(player, resolved)
+        steps = recorded_llm_steps(player, resolved)
+        self._recorded_settings = _distinct([m for _, m in steps])
+        steps = self._chosen(steps, metadata, live)
+        settings = _distinct([m for _, m in steps])
+        self._meta = settings[0] if settings else {
+            "model_name": resolved, **(_plain_metadata(metadata) if metadata else {})}
+        self._settings = steps if len(settings) > 1 else []
+        self._next_setting = 0
+        self._reported = []
         self._legacy = has_legacy_llm_steps(player, resolved)
         self._served = []
         #: how many served responses are remembered: all of the longest stream's chunks (a
@@ -108,9 +180,76 @@ class ReplayLLM(FunctionCallingLLM):
     def class_name(cls) -> str:
         return "ReplayLLM"
 
+    def _chosen(self, steps: list[tuple[Step, dict[str, Any]]],
+                metadata: LLMMetadata | Mapping[str, Any] | None, live: LLM | None
+                ) -> list[tuple[Step, dict[str, Any]]]:
+        """The recorded steps whose settings this stand-in serves."""
+        if metadata is not None:
+            wanted = _plain_metadata(metadata)
+            chosen = [(s, m) for s, m in steps if _fits(m, wanted)]
+            if steps and not chosen:
+                raise ValueError(
+                    f"run {self._player.run_id} recorded LLM {self.recorded_name!r} with "
+                    f"{self._settings_listed()}; none has {_shown(wanted, list(wanted))}")
+            return chosen
+        if live is not None:
+            # the model the run was recorded with, most often; a different one chooses nothing
+            wanted = _plain_metadata(llm_metadata(live))
+            chosen = [(s, m) for s, m in steps if _fits(m, wanted)]
+            if chosen:
+                return chosen
+        return steps
+
+    def _settings_listed(self) -> str:
+        recorded = self._recorded_settings
+        fields = _differing(recorded) or list(METADATA_FIELDS)
+        return " / ".join(f"({_shown(m, fields)})" for m in recorded)
+
+    def _current(self) -> dict[str, Any]:
+        """The recorded settings of the step this stand-in serves next."""
+        settings = self._settings
+        if not settings:
+            return self._meta
+        i = self._next_setting
+        is_consumed = self._player.is_consumed
+        while i < len(settings) - 1 and is_consumed(settings[i][0]):
+            i += 1
+        self._next_setting = i
+        return settings[i][1]
+
+    def _explain(self, diverged: ReplayDivergence) -> None:
+        """Say so when the recorded step nearest to a diverging call was made with other
+        settings than this stand-in reported: the program built the call from them (packed
+        its prompt for another context window or output size), so the prompt differs although
+        the program did not change."""
+        if diverged.kind != "llm" or diverged.name != self.recorded_name \
+                or diverged.step is None:
+            return
+        recorded = next((s for s in self._player.steps if s.step == diverged.step), None)
+        meta = step_llm_metadata(recorded) if recorded is not None else None
+        reported = [m for m in self._reported if m != meta]
+        if meta is None or not reported:
+            return
+        fields = _differing([meta, *reported])
+        detail = (f"the model's settings differ: step {diverged.step} was recorded with "
+                  f"{_shown(meta, fields)}, this ReplayLLM reported "
+                  f"{' and '.join(_shown(m, fields) for m in reported)}, and a program builds "
+                  "its calls from them (a prompt packed for another output size)")
+        if len(self._recorded_settings) > 1:
+            detail += (f"; run {self._player.run_id} recorded {self.recorded_name!r} with "
+                       f"{self._settings_listed()}: pass ReplayLLM(player, metadata=...) "
+                       "(the live model's metadata, or the fields that tell them apart) to "
+                       "say which one this stand-in is")
+        diverged.classification = "params_changed"
+        diverged.detail = detail + (f"\n{diverged.detail}" if diverged.detail else "")
+        diverged.args = (diverged._message(),)
+
     @property
     def metadata(self) -> LLMMetadata:
-        known = {k: v for k, v in self._meta.items() if k in LLMMetadata.model_fields}
+        meta = self._current()
+        if meta not in self._reported:
+            self._reported.append(meta)
+        known = {k: v for k, v in meta.items() if k in LLMMetadata.model_fields}
         if "system_role" in known:
             known["system_role"] = MessageRole(known["system_role"])
         return LLMMetadata(**known)
@@ -129,7 +268,7 @@ class ReplayLLM(FunctionCallingLLM):
         view = llm_view(mode, payload, kwargs)
         if not self._legacy:
             return [(view, None)]
-        legacy = llm_request(mode, payload, kwargs, self._meta)
+        legacy = llm_request(mode, payload, kwargs, self._current())
         return [(view, None),
                 (legacy, llm_match_key(self.recorded_name, legacy, self._player.redactor))]
 
@@ -150,6 +289,7 @@ class ReplayLLM(FunctionCallingLLM):
             step = player.next_step("llm", self.recorded_name, request, match_key=key,
                                     path=replay_path())
         except ReplayDivergence as diverged:
+            self._explain(diverged)
             if self._live is None:
                 raise
             return player.go_live(diverged)  # raises it unless on_divergence="live"
@@ -171,6 +311,7 @@ class ReplayLLM(FunctionCallingLLM):
             step = player.next_step("llm", self.recorded_name, request, match_key=key,
                                     path=replay_path())
         except ReplayDivergence as diverged:
+            self._explain(diverged)
             if self._live is None:
                 raise
             return player.go_live(diverged)
@@ -196,20 +337,20 @@ class ReplayLLM(FunctionCallingLLM):
         return self._astream(*served) if method.startswith("astream") \
             else self._final(*served)
 
-    def _remember(self, response: Any, tool_calls: list[dict[str, Any]] | None) -> None:
-        self._served.append((response, tool_calls))
+    def _remember(self, response: Any, reading: Reading) -> None:
+        self._served.append((response, reading))
         del self._served[:-self._window]
 
-    def _chunks(self, out: dict[str, Any]) -> list[tuple[Any, list[dict[str, Any]] | None]]:
+    def _chunks(self, out: dict[str, Any]) -> list[tuple[Any, Reading]]:
         """The responses to yield: the recorded chunks, or the whole response as one chunk."""
         if out.get("stream"):
-            return _recorded_chunks(out.get("chunks") or [])
+            return _recorded_chunks(out)
         response = response_from_json(out["response"])
         if getattr(response, "delta", None) is None:
             text = response.message.content if isinstance(response, ChatResponse) \
                 else response.text
             response.delta = text or ""
-        return [(response, out.get("tool_calls"))]
+        return [(response, _reading(out, out.get("tool_calls")))]
 
     def _final(self, step: Step, out: dict[str, Any]) -> Any:
         """The one response a non-streaming call returns (a recorded stream's last chunk)."""
@@ -217,17 +358,18 @@ class ReplayLLM(FunctionCallingLLM):
             raise error_from_record(out["error"])
         if out.get("abandoned"):  # the whole response was never received
             raise abandoned_stream(step)
-        response, tool_calls = response_from_json(out.get("response")), out.get("tool_calls")
+        response = response_from_json(out.get("response"))
+        reading = _reading(out, out.get("tool_calls"))
         if response is None and out.get("chunks"):
-            response, tool_calls = _recorded_chunks(out["chunks"])[-1]
-        self._remember(response, tool_calls)
+            response, reading = _recorded_chunks(out)[-1]
+        self._remember(response, reading)
         return response
 
     def _stream(self, step: Step, out: dict[str, Any]) -> Generator[Any, None, None]:
         chunks = self._chunks(out)
         self._window = max(self._window, len(chunks))
-        for response, tool_calls in chunks:
-            self._remember(response, tool_calls)
+        for response, reading in chunks:
+            self._remember(response, reading)
             yield response
         if out.get("error"):  # the recorded stream failed after these chunks
             raise error_from_record(out["error"])
@@ -322,19 +464,23 @@ class ReplayLLM(FunctionCallingLLM):
     def get_tool_calls_from_response(self, response: ChatResponse,
                                      error_on_no_tool_call: bool = True, **kwargs: Any
                                      ) -> list[ToolSelection]:
-        """The tool calls the live LLM read from this recorded response."""
-        found: Any = None
-        for served, calls in reversed(self._served):
+        """The tool calls the live LLM read from this recorded response, or what it did
+        reading none with `error_on_no_tool_call=True` (raised, or went on)."""
+        found: Reading = {}
+        for served, reading in reversed(self._served):
             if served is response:
-                found = calls
+                found = reading
                 break
         else:
-            for served, calls in reversed(self._served):
+            for served, reading in reversed(self._served):
                 if isinstance(served, ChatResponse) and served.message == response.message:
-                    found = calls
+                    found = reading
                     break
-        selections = recorded_tool_calls(found)
-        if not selections and error_on_no_tool_call:
-            raise ValueError(f"Expected at least one tool call, but got {len(selections)} "
-                             "tool calls (replayed from the recording).")
-        return selections
+        selections = recorded_tool_calls(found.get("tool_calls"))
+        if selections or not error_on_no_tool_call:
+            return selections
+        if TOOL_CALLS_REQUIRED in found:
+            return recorded_tool_calls(found[TOOL_CALLS_REQUIRED])
+        # recorded before the live model's own answer was: as those runs always replayed
+        raise ValueError(f"Expected at least one tool call, but got {len(selections)} "
+                         "tool calls (replayed from the recording).")
