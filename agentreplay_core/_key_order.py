@@ -16,19 +16,27 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+from pydantic import BaseModel
+
 #: the spec of a dict: {"keys": [its keys in order], "inner": {key: spec of that value}};
 #: of a list: {"items": {"index": spec of that item}}; only the parts that need one. A dict
 #: with a key that is no string (`{10: "Messi", 7: "Ronaldo"}`), which the codec stores as
 #: pairs sorted by key, has {"map": [its keys in order], "map_inner": [[key, spec], ...]}
 KEYS, INNER, ITEMS, MAP_KEYS, MAP_INNER = "keys", "inner", "items", "map", "map_inner"
-#: ... and of a dataclass (a LangGraph `Command` a tool returns): {"attrs": {field: spec}}
+#: ... and of a dataclass (a LangGraph `Command` a tool returns) or a pydantic model (the
+#: Documents of a tool's artifact: their metadata), whose dicts the codec stores sorted too:
+#: {"attrs": {field: spec}}
 ATTRS = "attrs"
+#: values with no dict inside, met at every leaf: answered at once
+_LEAVES = frozenset({str, int, float, bool, type(None), bytes})
 
 
 def key_order(value: Any) -> dict[str, Any] | None:
     """The spec that restores the key order of the dicts in `value` (data the codec stores),
     or None if all of them are in sorted order."""
     kind = type(value)
+    if kind in _LEAVES:
+        return None
     if kind is dict:
         keys = list(value)
         if not all(type(k) is str for k in keys):
@@ -47,6 +55,10 @@ def key_order(value: Any) -> dict[str, Any] | None:
     if fields is not None:  # a dataclass's dicts (`Command.update`), which the codec sorts
         attrs = {name: s for name in fields
                  if (s := key_order(getattr(value, name, None))) is not None}
+        return {ATTRS: attrs} if attrs else None
+    if isinstance(value, BaseModel):
+        attrs = {name: s for name, field in value.__dict__.items()
+                 if (s := key_order(field)) is not None}
         return {ATTRS: attrs} if attrs else None
     return None
 
@@ -96,6 +108,8 @@ def in_key_order(value: Any, spec: Any) -> Any:
     fields = getattr(kind, "__dataclass_fields__", None)
     if fields is not None:
         _in_field_order(value, fields, spec.get(ATTRS) if type(spec) is dict else None)
+    elif isinstance(value, BaseModel):
+        _in_model_order(value, spec.get(ATTRS) if type(spec) is dict else None)
     return value
 
 
@@ -123,3 +137,15 @@ def _in_field_order(value: Any, fields: Any, attrs: Any) -> None:
             # (slots without the field, or a read-only one: left as it came)
             with contextlib.suppress(AttributeError, TypeError):
                 object.__setattr__(value, name, in_key_order(field, attrs.get(name)))
+
+
+def _in_model_order(value: BaseModel, attrs: Any) -> None:
+    """`in_key_order` of each dict, list or object a pydantic model holds, set in place
+    (`value` was revived for its caller alone)."""
+    if type(attrs) is not dict:
+        attrs = {}
+    fields = value.__dict__
+    for name, field in list(fields.items()):
+        if type(field) in (dict, list) or isinstance(field, BaseModel) \
+                or hasattr(type(field), "__dataclass_fields__"):
+            fields[name] = in_key_order(field, attrs.get(name))

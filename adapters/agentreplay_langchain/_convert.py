@@ -45,7 +45,6 @@ from agentreplay_core._key_order import (
     key_order,
 )
 from agentreplay_core._stable_repr import stable_repr
-from agentreplay_langchain._artifact_order import keep_artifact, revived_artifact
 from agentreplay_langchain._compat import make_loader
 from agentreplay_langchain._construct import (
     ENVELOPE,
@@ -67,6 +66,10 @@ from agentreplay_langchain._store_writes import STORE_WRITES
 FIELDS_ORDER = "fields_order"
 #: what recordings before it kept: the order of the tool calls alone
 TOOL_CALLS_ORDER = "tool_calls_order"
+#: beside a tool message's artifact: the key order of its dicts, also those of the pydantic
+#: objects in it (a retriever tool's Documents: their metadata), where it is not the sorted
+#: one; a node that puts the sources into its next prompt shows them in that order
+ARTIFACT_ORDER = "artifact_order"
 #: beside a generation's `generation_info`, and a model step's `llm_output`: their key order,
 #: where it is not the sorted one (LangChain merges both into the message's
 #: `response_metadata`, which code logs, hashes or prompts with)
@@ -152,6 +155,18 @@ def _message_fields(message: BaseMessage) -> dict[str, Any] | None:
     if artifact is not None:  # any value the core codec keeps, as in version 1
         keep_artifact(stored, artifact)
     return stored
+
+
+def keep_artifact(stored: dict[str, Any], artifact: Any) -> None:
+    stored["artifact"] = artifact  # any value the core codec keeps
+    keep_key_order(stored, ARTIFACT_ORDER, artifact)
+
+
+def revived_artifact(stored: dict[str, Any], artifact: Any,
+                     copied: Callable[[Any], Any]) -> Any:
+    """A tool message's artifact, its dicts in the recorded order (or sorted: recordings
+    before the order was kept, dicts that were sorted)."""
+    return in_key_order(copied(artifact), copied(stored.get(ARTIFACT_ORDER)))
 
 
 def _fields(message: BaseMessage, defaults: dict[str, Any],
