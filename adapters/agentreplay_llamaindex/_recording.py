@@ -33,6 +33,7 @@ from llama_index.core.instrumentation.events.rerank import ReRankEndEvent, ReRan
 from llama_index.core.instrumentation.events.retrieval import RetrievalEndEvent
 
 from agentreplay_core import Recorder
+from agentreplay_core._codec import canonical_bytes, encode
 from agentreplay_core._keys import _current_path, join_path
 from agentreplay_core._recorded_errors import error_to_record
 from agentreplay_llamaindex._compat import is_workflow_suspension
@@ -49,6 +50,7 @@ from agentreplay_llamaindex._tree import (
     SpanInfo,
     SpanTree,
 )
+from agentreplay_llamaindex._waiting import suspension_output
 from agentreplay_llamaindex._workflow_state import (
     context_in,
     snapshot,
@@ -88,6 +90,10 @@ class RecordingSession:
         self._states: dict[str, tuple[Any, dict[str, Any]]] = {}
         #: span id of a tool given the workflow Context -> the token of its stream's events
         self._streams: dict[str, Token[list[str] | None]] = {}
+        #: (tool name, request) of a call suspended waiting for an event and not resumed yet
+        #: -> its step (name, request, output, path, timing), recorded if the run ends so
+        self._suspended: dict[tuple[str, bytes], tuple[str, Any, dict[str, Any], str,
+                                                     dict[str, Any]]] = {}
 
     def failed(self, where: str) -> None:
         self.recorder.stats.internal_errors += 1
@@ -181,9 +187,21 @@ class RecordingSession:
         state = self._states.pop(span_id, None) if self._states else None
         token = self._streams.pop(span_id, None) if self._streams else None
         events = written(token) if token is not None else None
-        if info is None or info.owner != "tool" or info.nested or is_workflow_suspension(err):
-            return  # (a suspended call is run again when its event arrives: that one counts)
+        if info is None or info.owner != "tool" or info.nested:
+            return
         request = tool_request(bound.args, bound.kwargs)
+        if is_workflow_suspension(err):
+            # The call is run again when its event arrives, and that call's result is the
+            # tool's. A run may end first (a server resumes in another request): its replay
+            # must suspend there too, so what a call still waits for then is recorded at
+            # `close`. A suspension of a call already waiting is that call waiting further.
+            assert err is not None
+            self._suspended[(info.name, _request_key(request))] = (
+                info.name, request, with_effects(suspension_output(err), state, events),
+                info.path, info.timing())
+            return
+        if self._suspended:  # (the call it resumed, if it was one)
+            self._suspended.pop((info.name, _request_key(request)), None)
         if err is not None:
             # what it wrote before raising happened, and the agent goes on from there
             self.recorder.record("tool", info.name, request,
@@ -213,6 +231,12 @@ class RecordingSession:
 
     def close(self) -> None:
         self.llm.close()
+        suspended, self._suspended = self._suspended, {}
+        for name, request, output, path, timing in suspended.values():
+            try:
+                self.recorder.record("tool", name, request, output, path=path, **timing)
+            except Exception:
+                self.failed(f"suspended call of tool {name!r}")
         self.tree.clear()
 
     # -- entry points ---------------------------------------------------------------------
@@ -279,6 +303,15 @@ class RecordingSession:
             self.tree.exited(span_id)
         except Exception:
             self.failed("span error")
+
+
+def _request_key(request: Any) -> bytes:
+    """Tells the calls of one tool apart as a replay does (a call the workflow runs again
+    has the same)."""
+    try:
+        return canonical_bytes(encode(request, path="request"))
+    except Exception:  # not storable: the step's own recording reports it
+        return repr(request).encode()
 
 
 def _chat_start(s: RecordingSession, e: LLMChatStartEvent) -> None:

@@ -21,6 +21,7 @@ from agentreplay_llamaindex._convert import (
 from agentreplay_llamaindex._live import aserve, serve
 from agentreplay_llamaindex._stream_events import STREAM_EVENTS, watch, write_again, written
 from agentreplay_llamaindex._tracking import replay_path
+from agentreplay_llamaindex._waiting import Suspended, is_suspension, wait_again
 from agentreplay_llamaindex._workflow_state import (
     WORKFLOW_STATE,
     apply,
@@ -66,10 +67,18 @@ class ReplayTool(AsyncBaseTool):
 
         served: list[Mapping[str, Any]] = []
         try:
-            return serve(
-                self._player, "tool", self._metadata.get_name(), tool_request(args, kwargs),
-                live=None if tool is None else run, to_step=live.to_step,
-                from_step=_keeping(served), path=replay_path())
+            try:
+                return serve(
+                    self._player, "tool", self._metadata.get_name(), tool_request(args, kwargs),
+                    live=None if tool is None else run, to_step=live.to_step,
+                    from_step=_keeping(served), path=replay_path())
+            except Suspended as suspended:
+                changing = self._suspend(suspended.stored, served, args, kwargs)
+                if changing is not None:
+                    asyncio_run(changing)
+                asyncio_run(wait_again(context_in((args, kwargs)), suspended.stored,
+                                       self._metadata.get_name()))
+                return self.call(*args, **kwargs)  # the Context held the answer already
         except FAILURES as exc:  # a replayed Ctrl-C left its effects too
             served[:] = _recorded_effects(exc)
             raise
@@ -91,10 +100,18 @@ class ReplayTool(AsyncBaseTool):
 
         served: list[Mapping[str, Any]] = []
         try:
-            return await aserve(
-                self._player, "tool", self._metadata.get_name(), tool_request(args, kwargs),
-                live=None if tool is None else run, to_step=live.to_step,
-                from_step=_keeping(served), path=replay_path())
+            try:
+                return await aserve(
+                    self._player, "tool", self._metadata.get_name(), tool_request(args, kwargs),
+                    live=None if tool is None else run, to_step=live.to_step,
+                    from_step=_keeping(served), path=replay_path())
+            except Suspended as suspended:
+                changing = self._suspend(suspended.stored, served, args, kwargs)
+                if changing is not None:
+                    await changing
+                await wait_again(context_in((args, kwargs)), suspended.stored,
+                                 self._metadata.get_name())
+                return await self.acall(*args, **kwargs)  # the Context held the answer already
         except FAILURES as exc:  # a replayed Ctrl-C left its effects too
             served[:] = _recorded_effects(exc)
             raise
@@ -102,6 +119,23 @@ class ReplayTool(AsyncBaseTool):
             changing = self._write_back(served, args, kwargs)
             if changing is not None:
                 await changing
+
+    def _suspend(self, stored: Mapping[str, Any], served: list[Mapping[str, Any]],
+                 args: tuple[Any, ...], kwargs: dict[str, Any]
+                 ) -> Coroutine[Any, Any, None] | None:
+        """The recorded run ended with this call suspended, waiting for an event (a server
+        resumes it in another request, another run): the stand-in waits again as it did, so
+        the workflow suspends here too. Write what the call wrote before it waited (before the
+        question the wait streams, as live); the write of its state changes, to await, if
+        any."""
+        if context_in((args, kwargs)) is None:
+            raise RuntimeError(
+                f"agentreplay: run {self._player.run_id}: tool {self._metadata.get_name()!r} "
+                "was suspended waiting for an event when recorded, but its replay stand-in was "
+                "given no workflow Context to wait in (make the stand-in with replay_tools(), "
+                "which agents pass the Context to)")
+        served.clear()  # written here, not again when the call ends
+        return self._write_back([stored], args, kwargs)
 
     def _going_live(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _LiveCall:
         """How a call that goes live is recorded into the forked run: as a recording records
@@ -171,6 +205,8 @@ def _keeping(served: list[Mapping[str, Any]]) -> Callable[[Mapping[str, Any]], T
     """`tool_output_from_storage` that also keeps the step it read."""
     def read(stored: Mapping[str, Any]) -> ToolOutput:
         served.append(stored)
+        if is_suspension(stored):
+            raise Suspended(stored)
         return tool_output_from_storage(stored)
     return read
 
