@@ -33,7 +33,7 @@ from langgraph.store.memory import InMemoryStore
 from langgraph.types import Command, Send
 
 from agentreplay_core import Store, decode, encode
-from agentreplay_langchain import ReplayChatModel, instrument, replay_tool_call
+from agentreplay_langchain import ReplayChatModel, instrument, replay_tools
 from agentreplay_langchain._convert import dump, revive, tool_output, tool_result
 from tests.langchain.fakes import ScriptedChatModel, nonce
 
@@ -93,7 +93,7 @@ def test_what_a_tool_wrote_to_the_store_replays_in_its_key_order(store: Store) -
         live["memory"][0][1]
     with store.replay(rec.run_id) as player, instrument(player):
         again = _remembered(ReplayChatModel(player=player),
-                            ToolNode([remember], wrap_tool_call=replay_tool_call(player)))
+                            ToolNode(replay_tools(player, [remember])))
     assert again == live
     # a write whose value was sorted is stored as before; the index a write named is kept
     [step] = [s for s in store.load_steps(rec.run_id) if s.kind == "tool"]
@@ -132,7 +132,7 @@ def test_a_tools_artifact_replays_in_its_key_order(store: Store, searcher: BaseT
             {"messages": [HumanMessage("news?", id="h1")]}))
     with store.replay(rec.run_id) as player, instrument(player):
         again = _messages(_graph(ReplayChatModel(player=player),
-                                 ToolNode([searcher], wrap_tool_call=replay_tool_call(player)),
+                                 ToolNode(replay_tools(player, [searcher])),
                                  [searcher], _cited).invoke(
             {"messages": [HumanMessage("news?", id="h1")]}))
     assert again == live
@@ -250,7 +250,7 @@ def test_a_tools_command_that_sends_replays(store: Store) -> None:
     assert sum(kind == "ai" for kind, _, _ in live) == 3  # the agent and two workers
     with store.replay(rec.run_id) as player, instrument(player):
         again = _fanned_out(ReplayChatModel(player=player),
-                            ToolNode([fan], wrap_tool_call=replay_tool_call(player)))
+                            ToolNode(replay_tools(player, [fan])))
     assert again == live
 
 
