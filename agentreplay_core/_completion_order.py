@@ -32,10 +32,6 @@ log = logging.getLogger("agentreplay")
 PATIENCE = 1.0
 #: seconds the event loop runs the code after the calls that returned before a call, before it
 SETTLE = 0.001
-#: steps that ended before a call began, met one after another, after which none of the steps
-#: before them can have ended while it ran (steps are numbered in the order they ended, but
-#: for a call a timeout cancelled, recorded at the end of the run)
-_ENDED_BEFORE = 16
 #: turns of the event loop spent in the wait before it sleeps between checks
 _SPINS = 64
 
@@ -47,6 +43,10 @@ class CompletionOrder:
         self.run_id = run_id
         self._steps = steps
         self._ends: list[float] | None = None  # each step's end, built at the first wait
+        #: the latest end among each step and those before it: where no step before a call
+        #: can have ended while it ran, the look back stops (steps are numbered in the order
+        #: they ended, but for a call a timeout cancelled, recorded at the end of the run)
+        self._reach: list[float] = []
         self._position: dict[int, int] = {}
         #: served steps whose calls wait for their turn to return; a served step not in it
         #: has returned (a call's step is served and its wait begun with no await between)
@@ -54,10 +54,13 @@ class CompletionOrder:
         self.off = False
 
     def _build(self) -> list[float]:
-        ends = []
+        ends, reach, latest = [], self._reach, float("-inf")
         for i, step in enumerate(self._steps):
             self._position[step.step] = i
-            ends.append(started(step) + step.duration_ms / 1000)
+            end = started(step) + step.duration_ms / 1000
+            ends.append(end)
+            latest = max(latest, end)
+            reach.append(latest)
         self._ends = ends
         return ends
 
@@ -65,19 +68,20 @@ class CompletionOrder:
         """The steps that ended while `step`'s call ran, before it did, other than those
         recorded inside it, whose calls have not returned yet."""
         ends = self._ends if self._ends is not None else self._build()
-        begun = started(step)
         index = self._position.get(step.step)
-        if index is None or begun == float("-inf"):
+        if not index:  # the first step, or one not in this run
+            return []
+        reach = self._reach
+        begun = started(step)
+        if reach[index - 1] <= begun:  # all before it had ended when it began: the usual
             return []
         waiting: list[Step] = []
-        holding, earlier = self._holding, 0
+        holding = self._holding
         for i in range(index - 1, -1, -1):
+            if reach[i] <= begun:
+                break
             if ends[i] <= begun:
-                earlier += 1
-                if earlier == _ENDED_BEFORE:
-                    break
                 continue
-            earlier = 0
             other = self._steps[i]
             if (other.step not in consumed or other.step in holding) \
                     and not is_inside(other.path, step.path):
