@@ -81,7 +81,9 @@ def test_a_model_that_ignores_error_on_no_tool_call_replays_without_raising(
     with li_store.record(name="no-tool-call") as rec, instrument(rec):
         live = _tool_program(LenientToolCaller())
     assert live[0][0] == "returned"
-    assert "did not return any tool calls for structured output" in live[1][1]
+    # LlamaIndex's own error (0.14: "did not return any tool calls for structured output";
+    # earlier lines: an IndexError), whatever it is
+    assert live[1][0] != "returned"
     with li_store.replay(rec.run_id) as player, instrument(player):
         assert _tool_program(ReplayLLM(player)) == live
 
