@@ -100,8 +100,7 @@ class Sink:
             except Exception as exc:
                 error = exc
         if self.backend.is_permanent(error):
-            self._note(f"run store {self.backend.description} rejected {what}: {error}")
-            return Outcome.REJECTED
+            return self._rejected(what, error)
         self._down_until = time.monotonic() + self.cooldown_seconds
         self._note(f"run store {self.backend.description} failed ({what}): {error!r}; spooling")
         return Outcome.UNREACHABLE
@@ -118,12 +117,14 @@ class Sink:
         try:
             action()
         except Exception as exc:
-            if self.backend.is_permanent(exc):
-                self._note(f"run store {self.backend.description} rejected {what}: {exc}")
-                return Outcome.REJECTED
-            return Outcome.UNREACHABLE
+            return self._rejected(what, exc) if self.backend.is_permanent(exc) \
+                else Outcome.UNREACHABLE
         self._down_until = 0.0
         return Outcome.WRITTEN
+
+    def _rejected(self, what: str, error: Exception) -> Outcome:
+        self._note(f"run store {self.backend.description} rejected {what}: {error}")
+        return Outcome.REJECTED
 
     def _note(self, message: str, level: int = logging.WARNING) -> None:
         log.log(level, "agentreplay: %s", message)

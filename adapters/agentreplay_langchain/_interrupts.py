@@ -83,6 +83,11 @@ def _configurable() -> dict[str, Any] | None:
     return configurable if isinstance(configurable, dict) else None
 
 
+def _scratchpad() -> Any:
+    configurable = _configurable()
+    return configurable.get(_SCRATCHPAD) if configurable is not None else None
+
+
 class _Tally:
     """The `interrupt` calls a recorded tool call made in its task, and those of the calls
     it runs in (a tool calling a tool: serving the outer one serves both)."""
@@ -158,8 +163,7 @@ def resume_answers(*, watch: bool = True) -> list[Any] | None:
     """The answers (`Command(resume=...)`) the LangGraph task the current call runs in holds
     for its `interrupt` calls, taken or not yet, or None outside a resumed task. A recorded
     tool call starting (`watch`) has its `interrupt` calls counted from here on."""
-    configurable = _configurable()
-    scratchpad = configurable.get(_SCRATCHPAD) if configurable is not None else None
+    scratchpad = _scratchpad()
     if scratchpad is None:
         return None
     # (a recorded tool call starting, `on_tool_start` runs inline in the context the tool then
@@ -248,8 +252,7 @@ def _ask(value: Any, schema: Any) -> Any:
 
 def _answers_left() -> int | None:
     """How many `interrupt` calls of the current task can still return an answer, at most."""
-    configurable = _configurable()
-    scratchpad = configurable.get(_SCRATCHPAD) if configurable is not None else None
+    scratchpad = _scratchpad()
     try:
         return len(scratchpad.resume) + 1 if scratchpad is not None else None
     except Exception:
@@ -279,11 +282,6 @@ def _pause_here(value: Any, schema: Any) -> None:
         _ask(value, schema)
     finally:
         var_child_runnable_config.reset(token)
-
-
-def _scratchpad() -> Any:
-    configurable = _configurable()
-    return configurable.get(_SCRATCHPAD) if configurable is not None else None
 
 
 #: how long a served pause waits for the parallel calls of its task to take their answers
