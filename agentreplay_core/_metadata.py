@@ -7,7 +7,7 @@ import os
 import platform
 import socket
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from importlib import metadata as importlib_metadata
 from typing import TYPE_CHECKING, Any
 
@@ -88,6 +88,8 @@ def collect_metadata(user: dict[str, Any] | None = None) -> dict[str, Any]:
     revision = git_revision(os.getcwd())
     if revision:
         auto["git_revision"] = revision
+    if user is not None and not isinstance(user, Mapping):
+        raise TypeError(f"metadata= takes a dict, not {type(user).__name__}")
     if user:
         for key, value in user.items():
             if not isinstance(key, str):  # would turn all metadata into a tagged map
@@ -101,6 +103,12 @@ def run_metadata(user: dict[str, Any] | None, tags: Iterable[str], durability: s
     """A new run's metadata as stored: the automatic and the user's, its tags, and what
     agentreplay itself reads back (encoded, and redacted like any recorded value)."""
     meta = collect_metadata(user)
+    if isinstance(tags, (str, bytes)):  # would become one tag per character
+        raise TypeError(f"tags= takes a list of strings, not a bare {type(tags).__name__}")
+    tags = list(tags or ())  # None: no tags, as elsewhere in Python APIs
+    for tag in tags:
+        if not isinstance(tag, str):
+            raise TypeError(f"tags must be strings, got {tag!r}")
     if tags:  # cleaned like names: a NUL could not be stored or searched for
         meta["tags"] = sorted({*meta.get("tags", ()), *map(clean_label, tags)})
     meta["agentreplay"] = {

@@ -8,13 +8,18 @@ import logging
 import os
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 from uuid import UUID
 
 from agentreplay_core._codec import canonical_bytes, decode, encode
 from agentreplay_core._completion_order import CompletionOrder
 from agentreplay_core._divergence import after_caught, divergence, missing_calls, raised_again
-from agentreplay_core._errors import ReplayDivergence, ReplayedCancellation, SerializationError
+from agentreplay_core._errors import (
+    AgentReplayError,
+    ReplayDivergence,
+    ReplayedCancellation,
+    SerializationError,
+)
 from agentreplay_core._keys import (
     clean_key,
     clean_label,
@@ -116,6 +121,7 @@ class Player:
         self._started_at: set[str] = set()
         #: paths where a call's request could not be encoded to be matched, with why
         self._refused: dict[str, str] = {}
+        self._ended = False
 
     @property
     def run_id(self) -> UUID:
@@ -233,6 +239,8 @@ class Player:
                   match_key: str | None = None, tentative: bool = False) -> Step:
         """The matching recorded step itself (consumed), for backends that need its metadata;
         `tentative` as in `next`."""
+        if self._ended:
+            self._refuse_ended(kind, name)
         if type(kind) is not str or kind not in _CHECKED_KINDS:
             kind = check_kind(kind)
             if len(_CHECKED_KINDS) < 256:
@@ -461,6 +469,17 @@ class Player:
                 self._inside = InsideIndex(self._steps)
             for inner in self._inside.take_inside(step.path, step.step):
                 consumed.add(inner.step)
+
+    def end(self) -> None:
+        """Called when the replay block is left: later calls are refused, not served (the
+        block's end checked what was replayed; a call after it would escape that check)."""
+        self._ended = True
+
+    def _refuse_ended(self, kind: str, name: str) -> NoReturn:
+        raise AgentReplayError(
+            f"the replay of run {self.run_id} has ended (its `with store.replay(...)` block was "
+            f"left), so {kind} {clean_label(name)!r} cannot be served from it: make every "
+            "replayed call inside the block (a stream or task that outlives it included)")
 
     def check_all_consumed(self) -> None:
         """Raise `ReplayDivergence(missing_call)` if recorded steps were never asked for, or,

@@ -38,6 +38,15 @@ _UNSET: Any = object()
 MAX_RUN_NAME = 500
 
 
+def _new_run_id(run_id: UUID | str) -> UUID:
+    if isinstance(run_id, UUID):
+        return run_id
+    try:
+        return UUID(str(run_id))
+    except ValueError:
+        raise ValueError(f"run_id={run_id!r} is not a UUID") from None
+
+
 class Store:
     """A run store over one backend (PostgreSQL, JSONL files or memory). See `open_store`.
 
@@ -135,7 +144,7 @@ class Store:
         tags: Iterable[str] = (),
         durability: str = "batched",
         entropy: bool = False,
-        run_id: UUID | None = None,
+        run_id: UUID | str | None = None,
         parent_run_id: UUID | None = None,
         fork_step: int | None = None,
         _entropy_in_log: bool = False,
@@ -144,10 +153,13 @@ class Store:
         exception propagates unchanged). A process that dies leaves it `incomplete`."""
         self._check_open()
         self._check_writable()
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"run name must be a string, not {type(name).__name__}")
         if name is not None and len(name) > MAX_RUN_NAME:  # PostgreSQL indexes the name
             raise ValueError(f"run name of {len(name)} characters: at most {MAX_RUN_NAME} "
                              "are stored; put longer text in metadata=")
         if run_id is not None:
+            run_id = _new_run_id(run_id)
             self._check_new_run_id(run_id)
         writer = self._writer(durability)
         # `_entropy_in_log`: a forked run holds entropy steps copied from its parent

@@ -75,19 +75,23 @@ def replaying(
     player = Player(run, steps, match=check_match_mode(match), redactor=store.redaction,
                     secrets=secrets, check_secrets=check_secrets)
     recorded_entropy = meta_entropy(run)
-    with contextlib.ExitStack() as stack:
-        if on_divergence == "live":
-            player.fork_starter = fork_starter(store, run, stack)
-        if network_guard if network_guard is not None else on_divergence == "raise":
-            from agentreplay_core._netguard import network_guard as guard
+    try:
+        with contextlib.ExitStack() as stack:
+            if on_divergence == "live":
+                player.fork_starter = fork_starter(store, run, stack)
+            if network_guard if network_guard is not None else on_divergence == "raise":
+                from agentreplay_core._netguard import network_guard as guard
 
-            endpoints: list[tuple[str, int]] = getattr(
-                store.backend, "server_endpoints", list)()
-            stack.enter_context(guard(allow=[*endpoints, *allow_hosts], run_id=run.run_id))
-        if recorded_entropy if entropy is None else entropy:
-            from agentreplay_core._entropy import replay_entropy
+                endpoints: list[tuple[str, int]] = getattr(
+                    store.backend, "server_endpoints", list)()
+                stack.enter_context(guard(allow=[*endpoints, *allow_hosts], run_id=run.run_id))
+            if recorded_entropy if entropy is None else entropy:
+                from agentreplay_core._entropy import replay_entropy
 
-            stack.enter_context(replay_entropy(player))
-        yield player
+                stack.enter_context(replay_entropy(player))
+            yield player
+    finally:
+        # after the entropy patches are gone: no other thread's clock read can reach it
+        player.end()
     if player.fork is None and not allow_unused:
         player.check_all_consumed()

@@ -12,6 +12,7 @@ checksums: a run verifies after the move exactly as it did before. Usage::
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,6 +113,10 @@ def export_run(store: Store, run_id: UUID | str, path: str | os.PathLike[str], *
     return ExportResult(run, target, len(steps), report)
 
 
+#: how every run file and export starts (the file store's writer puts "t" first)
+_HEADER = re.compile(rb'\s*\{\s*"t"\s*:\s*"run"\s*,')
+
+
 def read_export(path: str | os.PathLike[str]) -> tuple[Run, list[Step]]:
     """Parse an exported run file; `StoreError` (one line) for a missing, truncated,
     malformed, foreign or newer-format file."""
@@ -129,6 +134,9 @@ def read_export(path: str | os.PathLike[str]) -> tuple[Run, list[Step]]:
             raise MalformedExport(f"{source}: is a {kind} file, not an export itself; "
                                   "decompress it first")
     if not data.endswith(b"\n"):
+        if not _HEADER.match(data):  # random bytes or another file, not one cut short
+            raise MalformedExport(f"{source}: not an agentreplay export (it does not start "
+                                  "with a run header line)")
         # the file store forgives a torn last line (a recorder killed mid-write); an export
         # is written whole, so a missing newline means the copy was cut short
         raise MalformedExport(f"{source}: truncated (the last line is incomplete); export "

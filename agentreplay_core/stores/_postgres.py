@@ -299,7 +299,7 @@ class PostgresBackend(PostgresWrites, PostgresReads):
             if isinstance(cause, psycopg.Error) and cause.sqlstate:
                 return cause.sqlstate[:2] in ("22", "54") or (
                     cause.sqlstate[:2] == "23" and cause.sqlstate != "23505")
-            if isinstance(cause, (psycopg.DataError, psycopg.ProgrammingError)):
+            if isinstance(cause, (psycopg.DataError, psycopg.ProgrammingError, UnicodeError)):
                 return True  # refused by the driver before it reached the server
             cause = cause.__cause__
         return False

@@ -234,3 +234,20 @@ def test_metadata_keys_must_be_strings(metadata: dict[Any, Any]) -> None:
     with open_store("memory:") as store, pytest.raises(TypeError, match="keys must be"), \
             store.record(metadata=metadata):
         pass
+
+
+def test_text_the_driver_cannot_encode_is_refused_not_retried(
+    pg_dsn: str, pg_schema: str, spool_dir: Path
+) -> None:
+    """A lone surrogate in a row made elsewhere (the recorder's own names are cleaned) fails
+    in the driver before reaching the server: retrying or spooling it would fail forever."""
+    with open_store(pg_dsn, schema=pg_schema, spool_dir=spool_dir) as store:
+        backend = store.backend
+        assert isinstance(backend, PostgresBackend)
+        run = Run(run_id=uuid.uuid4(), name="half \ud800 pair",
+                  started_at=datetime.now(timezone.utc))
+        with pytest.raises(Exception) as caught:
+            backend.create_run(run)
+        assert isinstance(caught.value, UnicodeError) or isinstance(
+            caught.value.__cause__, UnicodeError), repr(caught.value)
+        assert backend.is_permanent(caught.value)
