@@ -98,7 +98,7 @@ def collect_metadata(user: dict[str, Any] | None = None) -> dict[str, Any]:
     return auto
 
 
-def run_metadata(user: dict[str, Any] | None, tags: Iterable[str], durability: str,
+def run_metadata(user: dict[str, Any] | None, tags: Iterable[str] | None, durability: str,
                  entropy: bool, redaction: Redactor | None) -> dict[str, Any]:
     """A new run's metadata as stored: the automatic and the user's, its tags, and what
     agentreplay itself reads back (encoded, and redacted like any recorded value)."""

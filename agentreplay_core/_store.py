@@ -141,7 +141,7 @@ class Store:
         name: str | None = None,
         *,
         metadata: dict[str, Any] | None = None,
-        tags: Iterable[str] = (),
+        tags: Iterable[str] | None = (),
         durability: str = "batched",
         entropy: bool = False,
         run_id: UUID | str | None = None,
