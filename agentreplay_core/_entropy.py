@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import copyreg
 import datetime as _datetime_module
+import logging
 import os
 import random
 import threading
@@ -34,6 +35,8 @@ from typing import Any, Protocol, TypeVar
 from agentreplay_core import _entropy_patches as patches
 from agentreplay_core._entropy_values import as_int
 from agentreplay_core._errors import AgentReplayError
+from agentreplay_core._metadata import hash_seed_difference
+from agentreplay_core._model import Run
 
 __all__ = [
     "DEFAULT_SKIP_MODULES",
@@ -44,6 +47,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+log = logging.getLogger("agentreplay")
 
 #: Calls made from these modules (and their submodules) are infrastructure: never recorded.
 DEFAULT_SKIP_MODULES: tuple[str, ...] = (
@@ -166,6 +170,12 @@ class _Replaying(_Session):
     def __init__(self, player: EntropyPlayer, skip_modules: Iterable[str]) -> None:
         super().__init__(player, skip_modules)
         self._player = player
+        run = getattr(player, "run", None)
+        # a random.choice over a set draws the same index from another order: the replay
+        # silently differs, so say why before it does
+        difference = hash_seed_difference(run) if isinstance(run, Run) else None
+        if difference is not None:
+            log.warning("%s", difference)
 
     def seed(self) -> int:
         return self._restore("random.seed", self._player.next("random", "random.seed", {}),

@@ -11,6 +11,7 @@ import functools
 import math
 import operator
 import random
+import re
 import sys
 import types
 import uuid
@@ -56,21 +57,48 @@ class Interceptor(Protocol):
 #: standard modules that call the patched functions on behalf of their caller
 _PASS_THROUGH = frozenset({"uuid", "random", "secrets"})
 
+#: the functions that run a callable handed to an executor or a thread, by module: their
+#: module is infrastructure, but `to_thread(uuid.uuid4)` or `submit(os.urandom, 8)` is the
+#: user's call, made from a worker thread (`WorkerContext.run` is Python 3.14's runner)
+_RUNNERS: dict[str, tuple[str, ...]] = {
+    "concurrent.futures.thread": ("_WorkItem.run", "WorkerContext.run"),
+    "anyio._backends._asyncio": ("WorkerThread.run",),
+    "threading": ("Thread.run", "Timer.run"),
+}
+
 
 def _caller() -> str | None:
     """The module of the code that made the call, looking through `_PASS_THROUGH` frames.
 
-    Frame 2 is whoever called the replacement (the nearest Python frame when the call comes
-    from C, e.g. `date.today()` calling `time.time`). `uuid.uuid4` bound before the session
-    calls `os.urandom` itself: the call belongs to whoever called `uuid4`.
+    The frame above the replacement is whoever called it (the nearest Python frame when the
+    call comes from C, e.g. `date.today()` calling `time.time`); there is none on a thread
+    started from C (`_thread.start_new_thread(time.sleep, ...)`), and None means the call is
+    the run's. `uuid.uuid4` bound before the session calls `os.urandom` itself: the call
+    belongs to whoever called `uuid4`.
     """
-    frame: types.FrameType | None = sys._getframe(2)
+    # f_back rather than sys._getframe(2), which raises when the stack is not that deep
+    frame: types.FrameType | None = sys._getframe(1).f_back
     while frame is not None:
         name = frame.f_globals.get("__name__")
         if name not in _PASS_THROUGH:
-            return name if isinstance(name, str) else None
+            if not isinstance(name, str) or _runs_handed_callable(frame, name):
+                return None
+            return name
         frame = frame.f_back
     return None
+
+
+def _runs_handed_callable(frame: types.FrameType, name: str) -> bool:
+    """True when `frame` is an executor's or a thread's runner calling what it was handed."""
+    if name not in _RUNNERS:
+        return False
+    module = sys.modules.get(name)
+    for qualname in _RUNNERS[name]:
+        owner_name, _, method = qualname.partition(".")
+        function = getattr(getattr(module, owner_name, None), method, None)
+        if getattr(function, "__code__", None) is frame.f_code:
+            return True
+    return False
 
 
 # -- argument checks: invalid arguments go to the original, which raises its own error -------
@@ -85,17 +113,46 @@ def _byte_count(size: object) -> int | None:
 
 
 def _sleep_seconds(secs: object) -> float | int | None:
-    if not isinstance(secs, (int, float)):
+    """The seconds to record, or None for an argument the real `time.sleep` rejects."""
+    if isinstance(secs, (int, float)):
+        value: float | int = secs if type(secs) in (int, float) else float(secs)
+    else:
+        # what time.sleep itself takes besides floats: integers of any type (numpy.int64)
+        try:
+            value = operator.index(secs)  # type: ignore[arg-type]
+        except TypeError:
+            return None
+    if isinstance(value, float) and not math.isfinite(value):
         return None
-    if isinstance(secs, float) and not math.isfinite(secs):
-        return None
-    if secs < 0:
-        return None
-    return secs if type(secs) in (int, float) else float(secs)
+    return value if value >= 0 else None
+
+
+#: an object address in a default repr (`<mod.UTC object at 0x7f...>`)
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
 def _tz_label(tz: tzinfo | None) -> str | None:
-    return None if tz is None else str(tz)
+    """The `tz` input of a `datetime.now` step: the same in every process for the same zone.
+
+    `str(tz)` unless it holds the object's address, which differs in the replaying process
+    (a tzinfo class without `__str__` or `__repr__`): then the class and what it reports.
+    """
+    if tz is None:
+        return None
+    label = str(tz)
+    if not _ADDRESS.search(label):
+        return label
+    cls = type(tz)
+    return f"{cls.__module__}.{cls.__qualname__}({_tz_report(tz)})"
+
+
+def _tz_report(tz: tzinfo) -> str:
+    # a zone's answers for no particular instant (dt=None), as `str(timezone)` reports them;
+    # a tzinfo that needs an instant fails here, and its class name alone is the label
+    try:
+        return f"utcoffset={tz.utcoffset(None)}, tzname={tz.tzname(None)!r}"
+    except Exception:
+        return ""
 
 
 # -- replacements ---------------------------------------------------------------------------

@@ -88,6 +88,9 @@ def collect_metadata(user: dict[str, Any] | None = None) -> dict[str, Any]:
     revision = git_revision(os.getcwd())
     if revision:
         auto["git_revision"] = revision
+    hash_seed = os.environ.get("PYTHONHASHSEED")
+    if hash_seed is not None:  # unset: str hashes, and so set order, differ in every process
+        auto["python_hash_seed"] = hash_seed
     if user is not None and not isinstance(user, Mapping):
         raise TypeError(f"metadata= takes a dict, not {type(user).__name__}")
     if user:
@@ -133,3 +136,18 @@ def meta_entropy(run: Run) -> bool:
     """Whether the run recorded entropy (read defensively: metadata is plain stored JSON)."""
     own = run.metadata.get("agentreplay")
     return isinstance(own, dict) and bool(own.get("entropy"))
+
+
+def hash_seed_difference(run: Run) -> str | None:
+    """Why set order may differ from the recording, when the run was recorded with a fixed
+    `PYTHONHASHSEED` that this process does not have; None otherwise."""
+    recorded = run.metadata.get("python_hash_seed")
+    if not isinstance(recorded, str) or not recorded.isdigit():  # unset, or "random"
+        return None
+    here = os.environ.get("PYTHONHASHSEED")
+    if here == recorded:
+        return None
+    now = "unset" if here is None else repr(here)
+    return (f"run {run.run_id} was recorded with PYTHONHASHSEED={recorded}, this process has "
+            f"{now}: the iteration order of sets (and of dicts built from them) can differ "
+            f"from the recording; run the replay with PYTHONHASHSEED={recorded}")
