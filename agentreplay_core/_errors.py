@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import pickle
 from typing import Any
 
 
 class AgentReplayError(Exception):
-    """Base class of all agentreplay errors."""
+    """Base class of all agentreplay errors.
+
+    They survive pickling (a multiprocessing worker's error) with their message and attributes;
+    an attribute that cannot be pickled (a request holding a lock) arrives as its text.
+    """
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _reduced(self)
 
 
 class SerializationError(AgentReplayError, TypeError):
@@ -22,7 +30,10 @@ class SerializationError(AgentReplayError, TypeError):
 
 
 class IntegrityError(AgentReplayError):
-    """A run failed verification: its hash chain does not match its rows."""
+    """A run failed verification: its hash chain does not match its rows.
+
+    `report` is the `VerifyReport`, if any (pickled, as its text should it not pickle).
+    """
 
     def __init__(self, message: str, *, report: Any = None) -> None:
         self.report = report
@@ -71,8 +82,30 @@ class ReplayedError(AgentReplayError):
         self.type_name = type_name
         self.original_module = module
         self.message = message
-        qualified = f"{module}.{type_name}" if module else type_name
-        super().__init__(f"{qualified}: {message}")
+        super().__init__(_qualified(type_name, message, module))
+
+
+class ReplayedInterruption(BaseException):
+    """A recorded call ended in a `BaseException` that replay does not rebuild from a run log
+    (pytest's skip, gevent's `Timeout`, a library's own; see `error_from_record`): raised in its
+    place, with the same attributes as `ReplayedError`.
+
+    Not an `AgentReplayError`: like the original, it must pass the program's
+    `except Exception:` handlers, so that the replay stops where the recording did.
+    """
+
+    def __init__(self, type_name: str, message: str, module: str | None = None) -> None:
+        self.type_name = type_name
+        self.original_module = module
+        self.message = message
+        super().__init__(_qualified(type_name, message, module))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _reduced(self)
+
+
+def _qualified(type_name: str, message: str, module: str | None) -> str:
+    return f"{module}.{type_name}: {message}" if module else f"{type_name}: {message}"
 
 
 class ReplayDivergence(AgentReplayError):
@@ -88,6 +121,9 @@ class ReplayDivergence(AgentReplayError):
         actual: the request the code made (decoded), or None for `missing_call`.
         diff: a readable structural diff of expected vs actual.
         candidates: nearest recorded steps, best first (`Candidate` objects).
+
+    Pickled (raised in a multiprocessing worker), an `expected` or `actual` request that
+    cannot be pickled arrives as its text.
     """
 
     CLASSIFICATIONS = (
@@ -142,3 +178,33 @@ class ReplayDivergence(AgentReplayError):
             lines.append("nearest recorded steps:")
             lines.extend(f"  {c}" for c in self.candidates)
         return "\n".join(lines)
+
+
+def _reduced(exc: BaseException) -> tuple[Any, ...]:
+    """`__reduce__` of agentreplay's errors. The default, `type(exc)(*exc.args)`, does not fit
+    constructors that take keyword-only arguments or build the message from theirs, and an
+    error that fails to unpickle kills a multiprocessing pool's result thread: the caller then
+    waits forever instead of seeing the error. So they are rebuilt without `__init__`, and
+    whatever would not unpickle travels as text."""
+    state = {name: _portable(value) for name, value in vars(exc).items()}
+    return _unpickled, (type(exc), tuple(_portable(arg) for arg in exc.args), state)
+
+
+def _unpickled(cls: type[BaseException], args: tuple[Any, ...],
+               state: dict[str, Any]) -> BaseException:
+    exc = cls.__new__(cls)
+    exc.args = args
+    exc.__dict__.update(state)
+    return exc
+
+
+def _portable(value: Any) -> Any:
+    """`value`, if a pickled copy of it can be unpickled, else its text."""
+    try:
+        pickle.loads(pickle.dumps(value))  # unpickling is what fails in the receiver
+    except Exception:
+        try:
+            return str(value)
+        except Exception:
+            return f"<unprintable {type(value).__qualname__}>"
+    return value

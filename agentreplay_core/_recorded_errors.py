@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import re
 import sys
 from typing import Any
 
-from agentreplay_core._errors import ReplayedError
+from agentreplay_core._errors import ReplayedError, ReplayedInterruption
 
 _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
@@ -22,6 +23,15 @@ FAILURES: tuple[type[BaseException], ...] = (Exception, *INTERRUPTS)
 #: `FAILURES` and a cancellation (a timeout), recorded so that replay stays aligned
 FAILURES_AND_CANCELLATION: tuple[type[BaseException], ...] = (*FAILURES,
                                                                asyncio.CancelledError)
+
+
+def records_as_outcome(exc: BaseException) -> bool:
+    """Whether a call that ended in `exc` records it as its error (`Recorder._calling`): any
+    exception but a `GeneratorExit`. That one means a coroutine or generator running the call
+    was closed (abandoned, or collected while suspended) at a moment that garbage collection
+    may choose, perhaps after the run was sealed: not how the call ended, and not something a
+    replay could raise at the same point."""
+    return not isinstance(exc, GeneratorExit)
 
 
 def is_cancellation(record: Any) -> bool:
@@ -71,10 +81,62 @@ def _described(exc: BaseException) -> dict[str, Any]:
         record["attributes"] = attributes
     if isinstance(exc, asyncio.CancelledError):
         record["cancelled"] = True
+    if not isinstance(exc, Exception) and type(exc) not in INTERRUPTS:
+        record[BASE_EXCEPTION] = True  # replayed past `except Exception:`, as it went live
+    group = _group_record(exc)
+    if group is not None:
+        record["group"] = group
     extra = kept_beside(exc)
     if isinstance(extra, dict):
         record.update((k, v) for k, v in extra.items() if k not in record)
     return record
+
+
+#: marks the record of an exception that is not an `Exception` (other than the built-in
+#: interrupts): replayed as `ReplayedInterruption` where it is not rebuilt as itself
+BASE_EXCEPTION = "base_exception"
+#: a recorded exception group (`asyncio.TaskGroup`'s) keeps at most this many exceptions in
+#: all, nested at most this deep; a larger one is recorded as other exceptions are
+_MAX_GROUP_MEMBERS, _MAX_GROUP_DEPTH = 1_000, 16
+
+
+def _group_base() -> type[BaseException] | None:
+    """`BaseExceptionGroup`: built in from Python 3.11; on 3.10 the `exceptiongroup`
+    backport's, if the program imported it (agentreplay does not depend on it)."""
+    found = getattr(builtins, "BaseExceptionGroup", None)
+    if found is None:
+        found = getattr(sys.modules.get("exceptiongroup"), "BaseExceptionGroup", None)
+    return found if isinstance(found, type) and issubclass(found, BaseException) else None
+
+
+def _group_record(exc: BaseException) -> dict[str, Any] | None:
+    """A group's own message and the records of its exceptions (each as `error_to_record`
+    makes it), from which replay makes the group again: `except*` and `except ExceptionGroup`
+    then run as they did live."""
+    base = _group_base()
+    if base is None or not isinstance(exc, base) or not _group_fits(exc, base):
+        return None
+    message = _attribute(exc, "message")
+    if not isinstance(message, str):
+        return None
+    return {"message": message,
+            "exceptions": [error_to_record(member) for member in _attribute(exc, "exceptions")]}
+
+
+def _group_fits(group: BaseException, base: type[BaseException]) -> bool:
+    """Whether `group` (with the groups inside it) is within the recorded limits."""
+    budget = _MAX_GROUP_MEMBERS
+    pending: list[tuple[BaseException, int]] = [(group, 0)]
+    while pending:
+        exc, depth = pending.pop()
+        members = _attribute(exc, "exceptions")
+        if type(members) is not tuple or depth >= _MAX_GROUP_DEPTH:
+            return False
+        budget -= len(members)
+        if budget < 0:
+            return False
+        pending.extend((member, depth + 1) for member in members if isinstance(member, base))
+    return True
 
 
 #: set on an exception by an adapter (`keep_beside`): what the failed call did before it raised
@@ -143,7 +205,7 @@ def _plain_attributes(exc: BaseException) -> dict[str, Any]:
     return kept
 
 
-def _resolve_type(module: str, qualname: str) -> type[BaseException] | None:
+def _lookup(module: str, qualname: str) -> Any:
     # Only a module the program has imported: a run log (an import from elsewhere, a
     # tampered row) never makes a replay import one (which runs its top-level code). Code
     # that catches an error by its class has imported the class's module anyway.
@@ -155,9 +217,15 @@ def _resolve_type(module: str, qualname: str) -> type[BaseException] | None:
             obj = getattr(obj, part)
     except Exception:
         return None
+    return obj
+
+
+def _resolve_type(module: str, qualname: str) -> type[BaseException] | None:
+    obj = _lookup(module, qualname)
     # Other BaseExceptions are never rebuilt from data: a cancelled call replays through
-    # `is_cancellation`, and a tampered run log must not raise a GeneratorExit or a library's
-    # own BaseException past the program's error handling. The built-in interrupts alone
+    # `is_cancellation` (others as `ReplayedInterruption`, which has no behaviour of its own),
+    # and a tampered run log must not raise a GeneratorExit or a library's own BaseException
+    # past the program's error handling. The built-in interrupts alone
     # (exactly those classes, not subclasses) are: they can only stop the replay, as they
     # stopped the recording.
     if isinstance(obj, type) and (issubclass(obj, Exception) or obj in INTERRUPTS):
@@ -168,12 +236,21 @@ def _resolve_type(module: str, qualname: str) -> type[BaseException] | None:
 def error_from_record(record: Any) -> BaseException:
     """Rebuild a recorded exception: the same type where its module is imported and it can be
     constructed from its recorded args (or made without its constructor, showing the recorded
-    message), else `ReplayedError` carrying type, module and message."""
+    message), else `ReplayedError` carrying type, module and message (`ReplayedInterruption`
+    for a `BaseException` that is not an `Exception`). An exception group is made again of
+    its rebuilt exceptions."""
+    return _rebuilt(record, 0)
+
+
+def _rebuilt(record: Any, depth: int) -> BaseException:
     if not isinstance(record, dict):
         return ReplayedError("UnknownError", repr(record))
     type_name = str(record.get("type", "Exception"))
     module = record.get("module")
     message = str(record.get("message", ""))
+    group = _group_from_record(record, type_name, module, depth)
+    if group is not None:
+        return _keeping(group, record)
     cls = _resolve_type(str(module), type_name) if module else None
     if cls is not None:
         args = record.get("args")
@@ -185,19 +262,44 @@ def error_from_record(record: Any) -> BaseException:
         attributes = record.get("attributes")
         if exc is not None:
             _restore_attributes(exc, attributes)  # (an OSError's message shows its file)
-        if exc is None or _text(exc) != message:
+        if exc is None or _shown(exc) != message:
             exc = _unconstructed(cls, args, message, attributes)
         if exc is not None:
             return _keeping(exc, record)
-    return _keeping(ReplayedError(type_name, message, module if isinstance(module, str) else None),
+    replayed = ReplayedInterruption if record.get(BASE_EXCEPTION) is True else ReplayedError
+    return _keeping(replayed(type_name, message, module if isinstance(module, str) else None),
                     record)
 
 
-def _text(exc: BaseException) -> str | None:
-    try:
-        return str(exc)
-    except Exception:
+def _group_from_record(record: dict[str, Any], type_name: str, module: Any,
+                       depth: int) -> BaseException | None:
+    """The exception group a record describes, of its recorded class where that is imported
+    and takes (message, exceptions), else a built-in one; None for a record of no group (or
+    one made before groups were recorded), and where this Python has no groups."""
+    group, base = record.get("group"), _group_base()
+    if not isinstance(group, dict) or base is None or depth >= _MAX_GROUP_DEPTH:
         return None
+    message, members = group.get("message"), group.get("exceptions")
+    if not isinstance(message, str) or not isinstance(members, list) or not members:
+        return None
+    rebuilt = [_rebuilt(member, depth + 1) for member in members]
+    for cls in (_group_class(module, type_name, base), base):
+        with contextlib.suppress(Exception):  # a subclass taking other arguments
+            made = cls(message, rebuilt)
+            if isinstance(made, base):
+                _restore_attributes(made, record.get("attributes"))
+                return made
+    return None
+
+
+def _group_class(module: Any, type_name: str,
+                 base: type[BaseException]) -> type[BaseException]:
+    found = _lookup(module, type_name) if isinstance(module, str) else None
+    # a subclass that is no `Exception` could behave as its own (see `_resolve_type`)
+    if isinstance(found, type) and issubclass(found, base) and (
+            issubclass(found, Exception) or found is base):
+        return found
+    return base
 
 
 def _unconstructed(cls: type[BaseException], args: list[Any], message: str,
@@ -213,7 +315,7 @@ def _unconstructed(cls: type[BaseException], args: list[Any], message: str,
     except Exception:
         return None
     _restore_attributes(exc, attributes)  # (a __str__ may read them)
-    return exc if _text(exc) == message else None
+    return exc if _shown(exc) == message else None
 
 
 def _restore_attributes(exc: BaseException, attributes: Any) -> None:
