@@ -28,7 +28,7 @@ from agentreplay_core._store_keys import store_keys
 from agentreplay_core._store_replay import OnDivergence, replaying
 from agentreplay_core._writer import LINGER, BatchedWriter, Writer, check_linger
 from agentreplay_core._writer_sync import SyncWriter, check_durability
-from agentreplay_core.stores._backend import StoreBackend
+from agentreplay_core.stores._backend import StoreBackend, ThisProcess
 
 log = logging.getLogger("agentreplay")
 
@@ -95,6 +95,8 @@ class Store:
         self._batched: BatchedWriter | None = None
         self._sync_writer = SyncWriter(self._sink)
         self._lock = threading.Lock()
+        #: the process the writers belong to (`_own_writers`)
+        self._pid = ThisProcess.pid
         self._closed = False
         #: the runs this store started recording (for what `get_run` says of one not found)
         self._recorded_here: set[UUID] = set()
@@ -113,6 +115,8 @@ class Store:
         if self._closed:
             return
         self._closed = True
+        if self._pid != ThisProcess.pid:
+            self._own_writers()
         if self._batched is not None:
             self._batched.close(timeout=30.0)
         else:
@@ -124,7 +128,22 @@ class Store:
             raise StoreError(f"the run store {self.backend.description} is closed; "
                              "open a new one with open_store()")
 
+    def _own_writers(self) -> None:
+        """In a forked child: writers and a sink of its own. The parent's writer thread was
+        not forked with it, and its queue, counts and locks (maybe held at the fork) belong
+        to the runs the parent records; the backend opens connections of the child's own."""
+        with ThisProcess.lock:
+            if self._pid == ThisProcess.pid:
+                return
+            self._sink = Sink(self.backend, self.spool)
+            self._sync_writer = SyncWriter(self._sink)
+            self._batched = None  # the parent's, left alone (`BatchedWriter.close`)
+            self._lock = threading.Lock()
+            self._pid = ThisProcess.pid
+
     def _writer(self, durability: str) -> Writer:
+        if self._pid != ThisProcess.pid:
+            self._own_writers()
         if check_durability(durability) == "sync":
             return self._sync_writer
         with self._lock:

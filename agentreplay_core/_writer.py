@@ -20,7 +20,7 @@ from agentreplay_core._writer_groups import Item as _Item
 from agentreplay_core._writer_groups import write_batch
 from agentreplay_core._writer_helper import run_with_helper
 from agentreplay_core._writer_sync import Settleable, SyncWriter
-from agentreplay_core.stores._backend import RunFinish, SealLater, made
+from agentreplay_core.stores._backend import RunFinish, SealLater, ThisProcess, made
 
 log = logging.getLogger("agentreplay")
 
@@ -88,6 +88,7 @@ class BatchedWriter:
         #: taken then, or the first row of a burst came to an idle writer
         self._since = time.monotonic()
         self._closed = False
+        self._pid = ThisProcess.pid
         self._thread = threading.Thread(target=self._run, name="agentreplay-writer", daemon=True)
         self._thread.start()
         _live_writers.add(self)
@@ -193,6 +194,10 @@ class BatchedWriter:
         if self._closed:
             return
         self._closed = True
+        if self._pid != ThisProcess.pid:
+            # a forked child's copy (at exit, or the store closed there): its queue and spool
+            # are the parent's to write, its thread and helper stayed in the parent
+            return
         if self._thread.is_alive():
             done = threading.Event()
             self._urgent = True

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import abc
 import logging
+import os
+import threading
 from collections.abc import Callable, Iterator, Sequence, Set
 from dataclasses import dataclass
 from datetime import datetime
@@ -17,6 +19,26 @@ from uuid import UUID
 from agentreplay_core._model import EmbeddingMatch, Run, RunStatus, Step
 
 log = logging.getLogger("agentreplay")
+
+
+class ThisProcess:
+    """This process's id, kept current across forks (`os.register_at_fork`): what was made in
+    another process (a forked child's parent) is told apart by comparing a pid, which costs an
+    attribute read instead of a system call on every recorded step."""
+
+    pid: int = os.getpid()
+    #: guards what a forked child replaces of its parent's (writers, connection pools); made
+    #: anew in the child, since a lock some parent thread held at the fork stays held there
+    lock: threading.Lock = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    ThisProcess.pid = os.getpid()
+    ThisProcess.lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 @dataclass(slots=True)

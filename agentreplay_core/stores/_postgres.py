@@ -31,6 +31,7 @@ from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from agentreplay_core._errors import RunNotFound, StoreError
 from agentreplay_core.stores import _sql
+from agentreplay_core.stores._backend import ThisProcess
 from agentreplay_core.stores._migrate import (
     apply_migrations,
     extension_schema,
@@ -129,14 +130,24 @@ class PostgresBackend(PostgresWrites, PostgresReads):
                 ) from exc
         #: whether similarity search works (pgvector present and the embeddings table made)
         self.has_pgvector = self._vector_schema is not None
-        self._pool: ConnectionPool[Conn] = ConnectionPool(
-            dsn,
+        self._pool_size = (min_size, max_size)
+        self._pool = self._new_pool()
+        self._pool.open(wait=False)
+        #: the process whose connections the pool holds (`_pool_here`)
+        self._pool_pid = ThisProcess.pid
+        #: a forked child's copies of its parent's pools: kept, never used nor closed
+        self._parents_pools: list[ConnectionPool[Conn]] = []
+
+    def _new_pool(self) -> ConnectionPool[Conn]:
+        min_size, max_size = self._pool_size
+        return ConnectionPool(
+            self._dsn,
             min_size=min_size,
             max_size=max_size,
             # psycopg prepares a statement run five times on a connection; a transaction
             # pooler may run the next one on a server session that lacks it
-            kwargs={"autocommit": True, **connection_options(dsn, self._timeout),
-                    **({"prepare_threshold": None} if pooled else {})},
+            kwargs={"autocommit": True, **connection_options(self._dsn, self._timeout),
+                    **({"prepare_threshold": None} if self.limits.pooled else {})},
             # Session settings, not per statement: a `sync` write stays one round trip.
             configure=self.limits.configure,
             check=self._check_if_idle,  # survive a server restart
@@ -144,10 +155,24 @@ class PostgresBackend(PostgresWrites, PostgresReads):
             # Give up background reconnection quickly: the next call then connects on demand
             # instead of waiting out a long exponential backoff after the server is back.
             reconnect_timeout=self._timeout,
-            name=f"agentreplay:{schema}",
+            name=f"agentreplay:{self.schema}",
             open=False,
         )
-        self._pool.open(wait=False)
+
+    def _pool_here(self, *, open_it: bool = True) -> ConnectionPool[Conn]:
+        """The pool, of this process's own connections. A forked child inherits the parent's
+        pool, whose sockets are the parent's sessions (a query sent on one mixes with the
+        parent's; closing one ends it) and whose threads stayed in the parent: the child
+        opens a pool of its own instead, leaving the parent's untouched."""
+        if self._pool_pid != ThisProcess.pid:
+            with ThisProcess.lock:
+                if self._pool_pid != ThisProcess.pid:
+                    self._parents_pools.append(self._pool)  # its finalizer must not run here
+                    self._pool = self._new_pool()
+                    if open_it:
+                        self._pool.open(wait=False)
+                    self._pool_pid = ThisProcess.pid
+        return self._pool
 
     def _check_if_idle(self, conn: Conn) -> None:
         """Check a pooled connection before use; for recorder writes only when it sat idle.
@@ -244,7 +269,7 @@ class PostgresBackend(PostgresWrites, PostgresReads):
                 with ExitStack() as stack:
                     self._writing.active = write  # read by the pool's check, same thread
                     try:
-                        conn = stack.enter_context(self._pool.connection(timeout=wait))
+                        conn = stack.enter_context(self._pool_here().connection(timeout=wait))
                     finally:
                         self._writing.active = False
                     yield conn
@@ -306,7 +331,7 @@ class PostgresBackend(PostgresWrites, PostgresReads):
 
     def close(self) -> None:
         """Close the pool; later calls raise `StoreError`."""
-        self._pool.close()
+        self._pool_here(open_it=False).close()
 
     def __enter__(self) -> PostgresBackend:
         return self

@@ -260,8 +260,6 @@ def test_which_exceptions_a_call_records_as_its_outcome() -> None:
     assert not records_as_outcome(GeneratorExit())
 
 
-@pytest.mark.xfail(strict=True, reason="needs Recorder._calling to record every exception "
-                   "for which records_as_outcome holds (agentreplay_core/_recorder.py)")
 def test_a_call_ended_by_another_base_exception_is_recorded_and_replayed(
         store: Store) -> None:
     skipped = Skipped("service not configured")
