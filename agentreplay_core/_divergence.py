@@ -119,11 +119,13 @@ def _replay_backends() -> str:
 
 
 def missing_calls(run_id: UUID, missing: Sequence[Step], ran: Collection[str] = (),
-                  refused: Mapping[str, str] | None = None) -> ReplayDivergence:
+                  refused: Mapping[str, str] | None = None,
+                  diverged: Mapping[str, str] | None = None) -> ReplayDivergence:
     """The error for recorded steps the replay never asked for; `ran`: the paths where a
     tracked call started in the replay (those steps' calls ran for real, not replayed);
     `refused`: paths where a replay backend was asked but could not take the request, and
-    why. Named after the first call not inside another missing one (a tool, not the clock
+    why; `diverged`: paths where a replay backend was asked and the request diverged, and
+    how. Named after the first call not inside another missing one (a tool, not the clock
     read recorded inside it before it)."""
     paths = {s.path for s in missing if s.path}
     first = next((s for s in missing
@@ -137,7 +139,16 @@ def missing_calls(run_id: UUID, missing: Sequence[Step], ran: Collection[str] = 
         whose = "" if len(asked) == len(missing) else f"{_listed(asked)}: "
         detail += (f"{whose}its replay backend was asked at the recorded path but could not "
                    f"take the request ({refused[step.path]}); ")
-    live = [s for s in missing if s.path and s.path not in refused and _within(s.path, ran)]
+    diverged = diverged or {}
+    turned = [s for s in missing if s.path and s.path not in refused and _within(s.path, diverged)]
+    if turned:
+        whose = "" if len(turned) == len(missing) else f"{_listed(turned)}: "
+        detail += (f"{whose}its replay backend was asked for it at the recorded path and "
+                   f"refused the request, which differed from the recorded one "
+                   f"({_diverged_how(turned[0].path, diverged)}): no call was made live in "
+                   f"its place; ")
+    live = [s for s in missing if s.path and s.path not in refused
+            and not _within(s.path, diverged) and _within(s.path, ran)]
     if live:
         one = len(live) == 1
         who = ("it" if one else "they") if len(live) == len(missing) else _listed(live)
@@ -147,11 +158,36 @@ def missing_calls(run_id: UUID, missing: Sequence[Step], ran: Collection[str] = 
                    f"{'that call' if one else 'those calls'} ({_replay_backends()}), or pass "
                    f"allow_unused=True if running {'it' if one else 'them'} for real is "
                    "intended")
-    else:
+    elif len(turned) < len(missing):
         detail += "pass allow_unused=True if that is expected"
+    else:  # the divergence said it all
+        detail = detail.removesuffix("; ")
     return ReplayDivergence(
         run_id=run_id, step=first.step, kind=first.kind, name=first.name,
         classification="missing_call", expected=peek(first.input), detail=detail)
+
+
+def _diverged_how(path: str, diverged: Mapping[str, str]) -> str:
+    """How the call at `path` (or the one around it that diverged) diverged."""
+    while path not in diverged and "/" in path:
+        path = path.rpartition("/")[0]
+    return diverged.get(path, "diverged")
+
+
+def ran_for_real(diverged: ReplayDivergence, unasked: Sequence[Step]) -> None:
+    """Add to a divergence the recorded calls never asked for although a call started at
+    their paths earlier in the replay: they likely ran for real, and their answer, not a
+    change in the code, may be what made this call differ."""
+    one = len(unasked) == 1
+    diverged.detail += (
+        f"\nrecorded step{'' if one else 's'} {_listed(unasked)} {'was' if one else 'were'} "
+        "never asked for, though a call "
+        f"started at {'its' if one else 'their'} recorded path earlier in this replay: "
+        f"{'it' if one else 'they'} likely ran for real instead of being served from the "
+        f"recording (a model, tool or retriever not given its replay backend: "
+        f"{_replay_backends()}), and what {'it' if one else 'they'} returned may be what "
+        "changed this call")
+    diverged.args = (diverged._message(),)
 
 
 _CAUGHT = ("caught by the replayed code (a tool error handler such as "

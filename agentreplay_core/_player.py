@@ -13,7 +13,13 @@ from uuid import UUID
 
 from agentreplay_core._codec import canonical_bytes, decode, encode
 from agentreplay_core._completion_order import CompletionOrder
-from agentreplay_core._divergence import after_caught, divergence, missing_calls, raised_again
+from agentreplay_core._divergence import (
+    after_caught,
+    divergence,
+    missing_calls,
+    raised_again,
+    ran_for_real,
+)
 from agentreplay_core._errors import (
     AgentReplayError,
     ReplayDivergence,
@@ -121,6 +127,14 @@ class Player:
         self._started_at: set[str] = set()
         #: paths where a call's request could not be encoded to be matched, with why
         self._refused: dict[str, str] = {}
+        #: paths where a call was asked for and diverged, with how: its step left unasked
+        #: there did not run for real either
+        self._diverged_at: dict[str, str] = {}
+        #: whether something in this replay sets the core's current path as the recording
+        #: did (`track_paths`, or a call made below the root): only then does a call at the
+        #: root prefer the steps recorded at the root over the recorded order
+        self._paths_tracked = False
+        self._told_untracked = False
         self._ended = False
 
     @property
@@ -153,6 +167,15 @@ class Player:
         trackers under `instrument(player)`), so that a recorded step there that nobody asked
         for is reported as a call that ran for real instead of being replayed."""
         self._started_at.add(path)
+
+    def track_paths(self) -> None:
+        """Note that this replay sets the core's current path where the recording did (called
+        by the adapters' run-tree trackers under `instrument(player)`). Until then, or some
+        call is made below the root, a call made at the root takes the next recorded step of
+        its request wherever it was recorded: the recording's tracker put what ran inside a
+        framework's task (a graph node's id or clock read) at the task's path, which an
+        untracked replay cannot ask for."""
+        self._paths_tracked = True
 
     def unconsumed(self) -> list[Step]:
         """Recorded steps the replay has not asked for (yet)."""
@@ -249,9 +272,7 @@ class Player:
         if match_key is not None:
             match_key = clean_key(match_key)
         redacted = sent = None
-        if path is None:  # where the recorder would have put this call
-            path = join_path(current_path(), f"{kind}:{name}")
-        path = clean_label(path)
+        path = clean_label(self._where(kind, name, path))
         try:
             if self.redactor is None:
                 if match_key is not None:
@@ -269,11 +290,12 @@ class Player:
             # a step left unasked here was not run for real: its request could not be taken
             self._refused.setdefault(path, str(exc))
             raise
+        prefer = path if self._paths_tracked or path != f"{kind}:{name}" else None
         with self._lock:
-            step, expected_next = self._take(kind, name, key, path)
+            step, expected_next = self._take(kind, name, key, path, prefer)
             near = None
             if step is None and sent is not None:
-                step, near = self._take_by_secrets(kind, name, sent, path, expected_next)
+                step, near = self._take_by_secrets(kind, name, sent, prefer, expected_next)
             if step is None:
                 if near is not None:  # nor the secrets the rules in use do not know
                     assert self._secret_matcher is not None
@@ -285,9 +307,27 @@ class Player:
             self._consume(step)
             self._served.append(step)
             fork = self.fork
+        if prefer is None and step.path != path and not self._told_untracked:
+            self._tell_untracked(step, path)
         if fork is not None:  # served from the recording after going live: the fork has it too
             fork.copy_step(step)
         return step
+
+    def _where(self, kind: str, name: str, path: str | None) -> str:
+        """The path of a call: `path`, else where the recorder would have put it."""
+        if path is not None:
+            return path
+        here = current_path()
+        if here:  # something sets the current path in this replay, as the recording did
+            self._paths_tracked = True
+        return join_path(here, f"{kind}:{name}")
+
+    def _tell_untracked(self, step: Step, path: str) -> None:
+        self._told_untracked = True
+        log.info("replay of run %s: step %d (%s %r) was recorded at %s, inside the run tree, "
+                 "and is asked for at its root (%s): nothing tracks this replay's run tree "
+                 "(instrument(player) does), so such calls are served in recorded order",
+                 self.run_id, step.step, step.kind, step.name, step.path, path)
 
     def _divergence(self, kind: str, name: str, request: Any, key: str, path: str,
                     expected_next: Step | None, redacted: Any, tentative: bool,
@@ -304,12 +344,33 @@ class Player:
                                near=near, compared=compared)
         if tentative:
             return diverged
+        self._add_ran_for_real(diverged, pending, path)
+        # asked and refused here: its step left unasked did not run for real
+        self._diverged_at.setdefault(path, diverged.classification)
         if self.diverged is None:
             self.diverged = diverged
             return diverged
         later = after_caught(diverged, self.diverged)
         later.__cause__ = self.diverged  # its traceback shows where the replayed code was
         return later
+
+    def _add_ran_for_real(self, diverged: ReplayDivergence, pending: list[Step], path: str
+                          ) -> None:
+        """Name the recorded calls nobody asked for although a call started at their paths
+        earlier in this replay: a model left live (not swapped for its replay backend) whose
+        different answer is the likely cause of this divergence. Not the calls this one runs
+        inside, which have not ended yet, nor those that ran for real with what they called
+        served (a tool whose model is replayed: meant to run)."""
+        started = self._started_at
+        if not started:
+            return
+        unasked = [s for s in pending if s.path in started and s.path != path
+                   and s.path not in self._refused and s.path not in self._diverged_at
+                   and not is_inside(path, s.path)]
+        unasked = [s for s in unasked
+                   if not any(is_inside(served.path, s.path) for served in self._served)]
+        if unasked:
+            ran_for_real(diverged, unasked)
 
     def _redacted_key(self, kind: str, name: str, request: Any, match_key: str | None
                       ) -> tuple[str, Any, Any]:
@@ -343,11 +404,12 @@ class Player:
             key = match_key
         return key, redacted if changed else None, encoded if match_key is None else None
 
-    def _take_by_secrets(self, kind: str, name: str, sent: Any, path: str,
+    def _take_by_secrets(self, kind: str, name: str, sent: Any, path: str | None,
                          expected_next: Step | None) -> tuple[Step | None, Step | None]:
         """(the recorded step of a request whose redaction gave another key than the
         recording's, found by comparing it as sent with the recorded requests holding
-        placeholders, else None; a recorded request that is it but for its secrets)."""
+        placeholders, else None; a recorded request that is it but for its secrets).
+        `path` None: in recorded order, wherever recorded."""
         matcher = self._secret_matcher
         assert matcher is not None
         consumed = self._consumed
@@ -436,11 +498,13 @@ class Player:
 
     # -- matching -------------------------------------------------------------------------
 
-    def _take(self, kind: str, name: str, key: str, path: str) -> tuple[Step | None, Step | None]:
-        """(the step to serve or None, the step sequential matching expected next)."""
+    def _take(self, kind: str, name: str, key: str, path: str, prefer: str | None
+              ) -> tuple[Step | None, Step | None]:
+        """(the step to serve or None, the step sequential matching expected next); keyed,
+        the step recorded at `prefer` comes first (None: the recorded order alone)."""
         if self.match == "sequential":
             return self._take_next_in_order(kind, name, key, path)
-        return self._keyed.take((kind, name, key), path, self._consumed), None
+        return self._keyed.take((kind, name, key), prefer, self._consumed), None
 
     def _take_next_in_order(self, kind: str, name: str, key: str, path: str
                             ) -> tuple[Step | None, Step | None]:
@@ -487,7 +551,7 @@ class Player:
         missing = self._not_replayed(self.unconsumed())
         if missing:
             unused = missing_calls(self.run_id, missing, ran=self._started_at,
-                                   refused=self._refused)
+                                   refused=self._refused, diverged=self._diverged_at)
             first = self.diverged
             if first is None:
                 raise unused

@@ -120,15 +120,18 @@ class KeyedQueues:
         by_key = self._by_key if self._by_key is not None else self._build()
         return key in by_key
 
-    def take(self, key: Key, path: str, consumed: Container[int]) -> Step | None:
-        """The first unconsumed step of `key` recorded at `path`, else the first unconsumed
-        step of `key` (None if there is none). The step is not marked consumed here."""
+    def take(self, key: Key, path: str | None, consumed: Container[int]) -> Step | None:
+        """The first unconsumed step of `key` recorded at `path`, else at the nearest
+        enclosing scope of `path` (same last segment), else the first unconsumed step of
+        `key` (None if there is none); `path` None: the first unconsumed step of `key`,
+        wherever it was recorded. The step is not marked consumed here."""
         by_key = self._by_key if self._by_key is not None else self._build()
         queue = by_key.get(key)
         if queue is None:
             return None
         first = queue.first_pending(consumed)
-        if first is None or first.path == path or queue.head == len(queue.items) - 1:
+        if first is None or path is None or first.path == path \
+                or queue.head == len(queue.items) - 1:
             return first
         # several calls with this request are pending and the next is elsewhere in the tree
         by_path = self._by_path.get(key)
@@ -140,6 +143,17 @@ class KeyedQueues:
                     by_path[step.path] = _Queue(step)
                 else:
                     placed.items.append(step)
-        placed = by_path.get(path)
-        same_path = placed.first_pending(consumed) if placed is not None else None
-        return same_path or first
+        return _nearest(by_path, path, consumed) or first
+
+
+def _nearest(by_path: dict[str, _Queue], path: str, consumed: Container[int]) -> Step | None:
+    """The first pending step at `path`, else at the same leaf in the nearest enclosing scope
+    that holds one: a scope the replay tracks and the recording did not (a branch of a chain
+    recorded by an older version) still finds the steps of the scope around it."""
+    scope, _, leaf = path.rpartition("/")
+    while True:
+        placed = by_path.get(f"{scope}/{leaf}" if scope else leaf)
+        found = placed.first_pending(consumed) if placed is not None else None
+        if found is not None or not scope:
+            return found
+        scope = scope.rpartition("/")[0]

@@ -76,12 +76,14 @@ class ReplayChatModel(BaseChatModel):
     def standing_in_for(cls, model: BaseChatModel, player: Player, *,
                         live: bool = False) -> ReplayChatModel:
         """The replay model for `model`: it shows code that inspects the model it is given
-        what `model` shows, its profile and name (`create_agent` picks how to ask for a
+        what `model` shows, its profile and model name (`create_agent` picks how to ask for a
         `response_format` by them, provider-native or as a tool), so that the replay asks as
-        the recording did; `live=True` makes `model` its live counterpart."""
+        the recording did, and its run name (callbacks and `astream_events` name the replay's
+        model runs as the live ones); `live=True` makes `model` its live counterpart."""
         name = next((value for attr in ("model_name", "model", "model_id")
                      if isinstance(value := getattr(model, attr, None), str)), None)
-        shown: dict[str, Any] = {"model_name": name}
+        # the user cannot name a stand-in that a middleware builds: it takes the live name
+        shown: dict[str, Any] = {"model_name": name, "name": model.get_name()}
         if "profile" in BaseChatModel.model_fields:  # langchain-core 1.x
             shown["profile"] = getattr(model, "profile", None)
         return cls(player=player, live=model if live else None, **shown)

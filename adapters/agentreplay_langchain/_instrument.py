@@ -58,6 +58,8 @@ class _ReplayTracker(RunTreeTracker):
     def __init__(self, player: Player) -> None:
         super().__init__()
         self._player = player
+        # LangGraph tasks set the core's current path from here on, as they did recording
+        player.track_paths()
 
     def _enter(self, run_type: str, serialized: dict[str, Any] | None, run_id: UUID,
                parent_run_id: UUID | None, tags: Sequence[str] | None,

@@ -4,7 +4,8 @@ LangChain's run ids are random, so a step's path is built from the names of its 
 their positional tags (`seq:step:2`, `map:key:context`, `graph:step:3`, `retry:attempt:1`),
 plus an occurrence number among identical siblings. While a model, tool or retriever runs, the
 core's current path is set to its path, so what is recorded inside it (an embedding call, the clock)
-is known to be inside it and is not expected again when it is replayed as a whole.
+is known to be inside it and is not expected again when it is replayed as a whole. LangGraph tasks
+and the branches of a RunnableParallel set it too, so that what concurrent ones draw is told apart.
 """
 
 from __future__ import annotations
@@ -78,6 +79,11 @@ def _langgraph_task(positional: list[str], metadata: Any) -> str | None:
     return ""
 
 
+def _branch(positional: list[str]) -> bool:
+    """Whether a run is a branch of a RunnableParallel (its own `map:key:K` tag)."""
+    return any(t.startswith("map:key:") for t in positional)
+
+
 class RunTreeTracker(BaseCallbackHandler):
     """A callback handler that knows the stable path of every run it has seen start.
 
@@ -127,12 +133,14 @@ class RunTreeTracker(BaseCallbackHandler):
             if seen:
                 segment += f"#{seen}"
             node = _Node(join_path(parent.path if parent else self.root_path, segment), own_tags)
-            # LangGraph tasks run in threads of their own; what they record (the message ids
-            # the reducer draws there) is told apart by the task's path
+            # LangGraph tasks and the branches of a RunnableParallel (`map:key:K`) run in
+            # threads of their own; what they record (the message ids the reducer draws
+            # there, a branch's request id) is told apart by the task's or branch's path
             # `generate()` of several prompts starts all their runs in one context before any
             # ends: they cannot each own the current path (nor be told apart inside)
             overlapping = int(kwargs.get("batch_size") or 1) > 1
-            if (run_type in BOUNDARY_TYPES or task is not None) and not overlapping:
+            if (run_type in BOUNDARY_TYPES or task is not None or _branch(positional)) \
+                    and not overlapping:
                 node.previous = _current_path.get()
                 _current_path.set(node.path)
             self._nodes[run_id] = node
