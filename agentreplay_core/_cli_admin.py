@@ -91,7 +91,7 @@ def _verify_one(store: Store, run_id: str) -> VerifyReport:
 
 @spool_app.command("flush")
 def spool_flush(dsn: DsnOption = None, schema: SchemaOption = "agentreplay") -> None:
-    """Load rows spooled while the database was down."""
+    """Load rows spooled while the database was down (only this store's runs)."""
     failed: dict[UUID, str] = {}
     try:
         with open_cli_store(dsn, schema, create=True) as store:
@@ -99,15 +99,32 @@ def spool_flush(dsn: DsnOption = None, schema: SchemaOption = "agentreplay") -> 
                 loaded = store.flush_spool()
             except SpoolFlushError as partial:
                 loaded, failed = partial.loaded, partial.failed
+            others = store.spool.elsewhere(store.backend)
     except AgentReplayError as exc:
         raise fail(str(exc), "is the database reachable again?") from None
     for run_id, count in loaded.items():
         console.print(f"run {run_id}: {counted(count, 'step')} loaded")
     console.print(f"{counted(len(loaded), 'spooled run')} loaded")
+    _other_stores(others)
     for run_id, why in failed.items():
         err.print(f"run {run_id} stays spooled: {why}", style="red", markup=False)
     if failed:
         raise typer.Exit(1)
+
+
+def _other_stores(others: dict[UUID, str]) -> None:
+    """Say which spooled runs were left for the stores they belong to."""
+    if not others:
+        return
+    by_store: dict[str, int] = {}
+    for store in others.values():
+        by_store[store] = by_store.get(store, 0) + 1
+    console.print(f"{counted(len(others), 'spooled run')} of other stores left spooled "
+                  "(flush each with its own --dsn/--schema):", markup=False, highlight=False,
+                  soft_wrap=True)
+    for store, count in sorted(by_store.items()):
+        console.print(f"  {store}: {counted(count, 'run')}", markup=False, highlight=False,
+                      soft_wrap=True)
 
 
 @db_app.command("migrate")

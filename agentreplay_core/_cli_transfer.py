@@ -77,11 +77,13 @@ def export_command(
     "passes verification with this store's key (AGENTREPLAY_HMAC_KEY); a run already stored "
     "is an error unless --replace.\n\n"
     "Exit codes: 0 imported, 1 the run fails verification (not imported), 2 malformed "
-    "file, run already stored, usage or store error."))
+    "file, run already stored, usage or store error. An interrupted import leaves the store "
+    "as it was. A run exported while still recording is imported as incomplete."))
 def import_command(
     file: Annotated[Path, typer.Argument(metavar="FILE", help="An exported .jsonl run file.")],
     replace: Annotated[bool, typer.Option(
-        "--replace", help="Delete a stored run with the same id first.")] = False,
+        "--replace", help="Replace a stored run with the same id (kept until the import "
+                          "is whole).")] = False,
     no_verify: Annotated[bool, typer.Option(
         "--no-verify", help="Import a run that fails verification as it is (it keeps "
                             "failing verification).")] = False,
@@ -104,7 +106,7 @@ def import_command(
             err.print("hint: --no-verify imports it as it is", style="dim", markup=False)
             raise typer.Exit(1) from None
         except RunExists as exc:
-            raise fail(str(exc), "--replace deletes the stored run and imports the file") \
+            raise fail(str(exc), "--replace replaces the stored run with the file's") \
                 from None
         except MalformedExport as exc:
             raise fail(str(exc), "import takes a file written by `agentreplay export` (or one "
@@ -113,7 +115,9 @@ def import_command(
     indexed = result.embeddings if getattr(store.backend, "has_pgvector", False) else 0
     vectors = f", {counted(indexed, 'vector')} indexed for similarity search" if indexed else ""
     steps = counted(result.steps, "step")
-    console.print(f"imported run {result.run.run_id} ({steps}{vectors}){replaced} "
+    unsealed = (", unsealed: exported while still recording, stored as incomplete"
+                if result.unsealed else "")
+    console.print(f"imported run {result.run.run_id} ({steps}{vectors}{unsealed}){replaced} "
                   f"into {store.backend.description}", markup=False, highlight=False,
                   soft_wrap=True)
     if not result.report.ok:

@@ -23,7 +23,7 @@ from agentreplay_core._recorder import Recorder
 from agentreplay_core._redact import Redactor
 from agentreplay_core._run_lookup import as_run_id, close_ids, reap, resolve_run_id
 from agentreplay_core._sink import Sink
-from agentreplay_core._spool import Spool
+from agentreplay_core._spool import Spool, store_identity
 from agentreplay_core._store_keys import store_keys
 from agentreplay_core._store_replay import OnDivergence, replaying
 from agentreplay_core._writer import LINGER, BatchedWriter, Writer, check_linger
@@ -88,7 +88,7 @@ class Store:
             redaction = Redactor.from_env()
         #: replaces secrets before anything is stored (None: redaction off)
         self.redaction = redaction.bound_to_store(self.hmac_key) if redaction else None
-        self.spool = Spool(Path(spool_dir) if spool_dir else None)
+        self.spool = Spool(Path(spool_dir) if spool_dir else None, store=store_identity(backend))
         self._sink = Sink(backend, self.spool)
         self._max_queue = max_queue
         self._linger = check_linger(linger)

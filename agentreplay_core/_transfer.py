@@ -13,19 +13,24 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Sequence
+import sys
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from uuid import UUID
 
 from agentreplay_core._delta import DeltaEncoder
 from agentreplay_core._errors import IntegrityError, RunNotFound, StoreError
 from agentreplay_core._integrity import VerifyReport
-from agentreplay_core._model import Run, Step
+from agentreplay_core._model import Run, RunStatus, Step
 from agentreplay_core._store import Store
 from agentreplay_core._vectors import step_vectors
-from agentreplay_core.stores._backend import EmbeddingRow, PendingStep
+from agentreplay_core.stores._backend import EmbeddingRow, PendingStep, RunFinish, StoreBackend
 from agentreplay_core.stores._file import parse_run, pending_from_step, run_line, step_line
+
+if TYPE_CHECKING:
+    from agentreplay_core.stores._postgres import PostgresBackend
 
 __all__ = ["ExportResult", "ImportResult", "MalformedExport", "RunExists", "embedding_rows",
            "export_run", "import_run", "read_export"]
@@ -62,9 +67,11 @@ class ImportResult:
     steps: int
     #: vectors handed to the store for similarity search (kept only by PostgreSQL + pgvector)
     embeddings: int
-    #: True when a stored run with the same id was deleted first
+    #: True when it replaced a stored run with the same id
     replaced: bool
     report: VerifyReport
+    #: True when the run was exported while still recording: stored `incomplete`
+    unsealed: bool = False
 
 
 def embedding_rows(step: Step) -> list[EmbeddingRow]:
@@ -168,9 +175,14 @@ def import_run(store: Store, path: str | os.PathLike[str], *, replace: bool = Fa
                verify: bool = True, progress: Progress | None = None) -> ImportResult:
     """Load an exported run into `store`, with its pgvector rows where the store keeps them.
 
+    The run lands whole or not at all: an import interrupted (Ctrl-C, a kill, a lost
+    connection) leaves the store as it was, a replaced run included. A run exported while
+    it was still recording is stored `incomplete` (`result.unsealed`): nothing will ever
+    write the rest of it here.
+
     Raises:
         MalformedExport: the file is not a complete agentreplay export.
-        RunExists: the run is already stored (`replace=True` deletes the stored one first).
+        RunExists: the run is already stored (`replace=True` replaces the stored one).
         StoreError: the file cannot be read, or the store cannot write.
         IntegrityError: the run fails verification with this store's key (pass `verify=False`
             to import it anyway; it keeps failing verification).
@@ -181,24 +193,75 @@ def import_run(store: Store, path: str | os.PathLike[str], *, replace: bool = Fa
     if verify and not report.ok:
         raise IntegrityError(f"{source}: run {run.run_id} fails verification, not imported "
                              f"(import it as is with verify=False):\n{report}", report=report)
-    replaced = _exists(store, run.run_id)
-    if replaced and not replace:
-        raise RunExists(f"run {run.run_id} already exists in {store.backend.description}")
-    if replaced:
-        store.backend.delete_run(run.run_id)
-    store.backend.create_run(run)
-    vectors = _write_steps(store, steps, progress)
-    return ImportResult(run, len(steps), vectors, replaced, report)
+    unsealed = run.status == RunStatus.RECORDING
+    if unsealed:
+        run = run.model_copy(update={"status": RunStatus.INCOMPLETE})
+    batches = list(_batches(steps))
+    vectors = sum(len(rows) for _, rows in batches)
+    pg = _postgres(store.backend)
+    if pg is not None:
+        replaced = _import_postgres(pg, run, batches, replace, len(steps), progress)
+    else:
+        replaced = _exists(store, run.run_id)
+        if replaced and not replace:
+            raise RunExists(f"run {run.run_id} already exists in {store.backend.description}")
+        _import_other(store.backend, run, batches, replaced, len(steps), progress)
+    return ImportResult(run, len(steps), vectors, replaced, report, unsealed)
 
 
-def _write_steps(store: Store, steps: Sequence[Step], progress: Progress | None) -> int:
-    vectors = 0
+Batch = tuple[list[PendingStep], list[EmbeddingRow]]
+
+
+def _batches(steps: Sequence[Step]) -> Iterator[Batch]:
     deltas = DeltaEncoder()  # a growing conversation is stored as recording stores it
     for start in range(0, len(steps), BATCH):
         batch = steps[start:start + BATCH]
-        rows = [e for s in batch for e in embedding_rows(s)]
-        store.backend.append([_stored(s, deltas) for s in batch], rows)
-        vectors += len(rows)
+        yield [_stored(s, deltas) for s in batch], [e for s in batch for e in embedding_rows(s)]
+
+
+def _postgres(backend: StoreBackend) -> PostgresBackend | None:
+    if "agentreplay_core.stores._postgres" not in sys.modules:  # not imported: not one
+        return None
+    from agentreplay_core.stores._postgres import PostgresBackend
+
+    return backend if isinstance(backend, PostgresBackend) else None
+
+
+def _import_postgres(backend: PostgresBackend, run: Run, batches: list[Batch], replace: bool,
+                     total: int, progress: Progress | None) -> bool:
+    from agentreplay_core.stores._pgimport import AlreadyStored, import_whole
+
+    try:
+        return import_whole(backend, run, batches, replace=replace,
+                            done=None if progress is None else lambda n: progress(n, total))
+    except AlreadyStored as exc:
+        raise RunExists(str(exc)) from None
+
+
+def _import_other(backend: StoreBackend, run: Run, batches: list[Batch], replaced: bool,
+                  total: int, progress: Progress | None) -> None:
+    """Into a store of files or memory: swapped in whole where the backend can
+    (`replace_run`); else the stored run deleted, then the steps before the seal."""
+    rows = [s for steps, _ in batches for s in steps]
+    replace_run = getattr(backend, "replace_run", None)
+    if replace_run is not None:
+        replace_run(run, rows)
         if progress is not None:
-            progress(start + len(batch), len(steps))
-    return vectors
+            progress(total, total)
+        return
+    if replaced:
+        backend.delete_run(run.run_id)
+    backend.create_run(run.model_copy(update={
+        "status": RunStatus.RECORDING, "step_count": 0, "head_checksum": None,
+        "finished_at": None}))
+    written = 0
+    for steps, vectors in batches:
+        backend.append(steps, vectors)
+        written += len(steps)
+        if progress is not None:
+            progress(written, total)
+    if run.status == RunStatus.INCOMPLETE:
+        backend.mark_incomplete(run.run_id)
+    elif run.finished_at is not None:
+        backend.finish_run(RunFinish(run.run_id, run.status, run.step_count,
+                                     run.head_checksum, run.finished_at))

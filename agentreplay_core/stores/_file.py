@@ -96,6 +96,15 @@ def _validated(model: type[M], data: Any, path: Path, number: int) -> M:
                          f" ({counted(exc.error_count(), 'problem')})") from None
 
 
+def _own_step(step: Step, run: Run, path: Path, number: int) -> Step:
+    # a step line is stored under the run id it names: one naming another run would add
+    # rows to that run (an import of a damaged file) instead of this file's
+    if step.run_id != run.run_id:
+        raise StoreError(f"{path}: malformed run file: line {number}: a step of run "
+                         f"{step.run_id} in the file of run {run.run_id}")
+    return step
+
+
 def parse_run(data: bytes, path: Path, *, with_steps: bool = True) -> tuple[Run, list[Step]]:
     """Parse the content of one run file, with clear errors for malformed or newer files.
 
@@ -131,7 +140,8 @@ def parse_run(data: bytes, path: Path, *, with_steps: bool = True) -> tuple[Run,
             elif kind == "step":
                 if with_steps:
                     record.pop("t")
-                    steps.append(_validated(Step, record, path, number))
+                    steps.append(_own_step(_validated(Step, record, path, number), run, path,
+                                           number))
             elif kind == "finish":
                 run.status = RunStatus(record["status"])
                 run.step_count = int(record["step_count"])
@@ -273,6 +283,27 @@ class FileBackend(StoreBackend):
                 log.warning("file store %s: list_runs skips %s: %s", self.path, path.name,
                             str(exc).removeprefix(f"{path}: "))
         return filter_runs(runs, name, status, since, limit, tag, before)
+
+    def replace_run(self, run: Run, steps: Sequence[PendingStep]) -> None:
+        """Write `run` with exactly `steps` as a new file and swap it in for any stored run
+        with its id (an import): a reader, or a process killed meanwhile, sees the old file
+        or the new one, never part of it."""
+        path = self._file(run.run_id)
+        if self.single and path.exists():
+            self._read(run.run_id, with_steps=False)  # RunNotFound: it holds another run
+        # not named *.jsonl: listing the store must not see it
+        partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+        try:
+            with open(partial, "wb") as out:
+                out.write(run_line(run))
+                for start in range(0, len(steps), 500):
+                    out.write(b"".join(step_line(s) for s in steps[start:start + 500]))
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(partial, path)
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
 
     def delete_run(self, run_id: UUID) -> None:
         self._file(run_id).unlink(missing_ok=True)

@@ -110,6 +110,14 @@ class MemoryBackend(StoreBackend):
             run.status = RunStatus.INCOMPLETE
             return True
 
+    def replace_run(self, run: Run, steps: Sequence[PendingStep]) -> None:
+        """Store `run` with exactly `steps`, in place of any stored run with its id, at once
+        (an import: no reader ever sees part of it)."""
+        rows = {row.step: row for row in steps}
+        with self._lock:
+            self._runs[run.run_id] = run.model_copy(deep=True)
+            self._steps[run.run_id] = rows
+
     def delete_run(self, run_id: UUID) -> None:
         with self._lock:
             self._runs.pop(run_id, None)
