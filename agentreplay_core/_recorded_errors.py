@@ -199,10 +199,19 @@ def _plain_attributes(exc: BaseException) -> dict[str, Any]:
     for name, value in found.items():
         if len(kept) == _MAX_ATTRIBUTES:
             break
-        if type(name) is str and not name.startswith("_") and isinstance(value, _PLAIN) and (
-                not isinstance(value, str) or len(value) <= _MAX_TEXT):
+        if type(name) is str and not name.startswith("_") and _plain_attribute(value):
             kept[name] = value
     return kept
+
+
+def _plain_attribute(value: Any) -> bool:
+    """A value an attribute is kept with: plain, or a small container of plain values (an API
+    error's parsed `body`, which a retry handler reads as `e.body["error"]["retry_after"]`)."""
+    if isinstance(value, str):
+        return len(value) <= _MAX_TEXT
+    if isinstance(value, _PLAIN):
+        return True
+    return type(value) in _ARG_CONTAINERS and _plain_args((value,))
 
 
 def _lookup(module: str, qualname: str) -> Any:
@@ -319,12 +328,13 @@ def _unconstructed(cls: type[BaseException], args: list[Any], message: str,
 
 
 def _restore_attributes(exc: BaseException, attributes: Any) -> None:
-    """Put back the recorded plain attributes that the rebuilt exception lacks (or holds as
-    None: an `OSError` made from its args has no file name)."""
+    """Put back the recorded plain attributes (and containers of them) that the rebuilt
+    exception lacks (or holds as None: an `OSError` made from its args has no file name)."""
     if not isinstance(attributes, dict):
         return
     for name, value in attributes.items():
-        if type(name) is str and not name.startswith("_") and isinstance(value, _PLAIN):
+        if type(name) is str and not name.startswith("_") and (
+                isinstance(value, _PLAIN) or type(value) in _ARG_CONTAINERS):
             with contextlib.suppress(Exception):
                 if getattr(exc, name, None) is None:
                     setattr(exc, name, value)

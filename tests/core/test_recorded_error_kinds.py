@@ -314,3 +314,36 @@ def test_an_exception_whose_str_fails_replays_as_its_own_class(store: Store) -> 
     with pytest.raises(RuntimeError, match="str exploded"):
         str(caught.value)
 
+
+
+class SearchAPIError(Exception):
+    """The shape of an HTTP client's status error: its parsed JSON body as an attribute."""
+
+    def __init__(self, status: int, body: Any, response: Any = None) -> None:
+        super().__init__(f"HTTP {status}")
+        self.status = status
+        self.body = body
+        self.response = response
+
+
+def test_an_errors_parsed_body_is_replayed_for_its_handler(store: Store) -> None:
+    """A retry handler reads `e.body["error"]["retry_after"]`: the body, a dict of plain
+    values, must come back with the error; an object (the HTTP response) still does not."""
+    body = {"error": {"type": "rate_limit", "retry_after": 3, "hints": ["wait", 1.5, None]}}
+    huge = {"rows": list(range(1_000))}  # more values than an error record keeps
+
+    def search(payload: Any) -> None:
+        raise SearchAPIError(429, payload, response=threading.Lock())
+
+    for payload in (body, huge):
+        with store.record() as rec, pytest.raises(SearchAPIError):
+            rec.call("retriever", "search", {"q": 1}, search, payload)
+        with store.replay(rec.run_id) as player, pytest.raises(SearchAPIError) as caught:
+            player.next("retriever", "search", {"q": 1})
+        assert caught.value.status == 429
+        assert not hasattr(caught.value, "response") or caught.value.response is None
+        if payload is body:
+            assert caught.value.body == body
+            assert caught.value.body["error"]["retry_after"] == 3
+        else:
+            assert getattr(caught.value, "body", None) is None
