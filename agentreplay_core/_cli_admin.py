@@ -9,6 +9,7 @@ from uuid import UUID
 import typer
 
 from agentreplay_core._cli_app import (
+    AcceptUnkeyedOption,
     DsnOption,
     PgDsnOption,
     SchemaOption,
@@ -28,6 +29,7 @@ from agentreplay_core._cli_common import (
     progress_bar,
     unreadable_run_files,
 )
+from agentreplay_core._cli_table import visible
 from agentreplay_core._errors import AgentReplayError, RunNotFound, StoreError
 from agentreplay_core._integrity import Problem, VerifyReport
 from agentreplay_core._plural import counted
@@ -47,6 +49,7 @@ def verify(
         metavar="RUN", help="A run id, or a unique prefix; or --all.", show_default=False)
     ] = None,
     all_runs: Annotated[bool, typer.Option("--all", help="Verify every run.")] = False,
+    accept_unkeyed: AcceptUnkeyedOption = False,
     dsn: DsnOption = None,
     schema: SchemaOption = "agentreplay",
 ) -> None:
@@ -56,7 +59,7 @@ def verify(
     if not run_id and not all_runs:
         raise fail("name a run id or pass --all")
     damaged: list[tuple[Path, str]] = []
-    with cli_errors(), open_cli_store(dsn, schema) as store:
+    with cli_errors(), open_cli_store(dsn, schema, accept_unkeyed=accept_unkeyed) as store:
         if all_runs:
             with progress_bar("verifying runs") as update, files_named_here():
                 reports = store.verify_all(progress=update)
@@ -107,7 +110,8 @@ def spool_flush(dsn: DsnOption = None, schema: SchemaOption = "agentreplay") -> 
     console.print(f"{counted(len(loaded), 'spooled run')} loaded")
     _other_stores(others)
     for run_id, why in failed.items():
-        err.print(f"run {run_id} stays spooled: {why}", style="red", markup=False)
+        err.print(visible(f"run {run_id} stays spooled: {why}"), style="red", markup=False,
+                  highlight=False, soft_wrap=True)
     if failed:
         raise typer.Exit(1)
 

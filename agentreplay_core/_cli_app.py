@@ -11,8 +11,9 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from agentreplay_core._cli_table import visible
 from agentreplay_core._store import Store
-from agentreplay_core.stores._open import names_postgres, open_store
+from agentreplay_core.stores._open import ACCEPT_UNKEYED_ENV, names_postgres, open_store
 
 app = typer.Typer(
     help="Record and replay LLM agent runs. Exit codes: 0 ok, 1 a check failed "
@@ -26,8 +27,25 @@ spool_app = typer.Typer(help="Rows spooled locally while the database was unreac
 app.add_typer(db_app, name="db")
 app.add_typer(spool_app, name="spool")
 
-console = Console()
-err = Console(stderr=True)
+#: the exit code of a command whose reader went away (`| head`), as a shell reports a process
+#: killed by SIGPIPE: neither success nor one of the documented failures
+BROKEN_PIPE = 141
+
+
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        """Stop quietly, with the same exit code as a broken pipe met elsewhere (rich's
+        own answer is exit code 1, which reads as a failed check)."""
+        try:
+            super().on_broken_pipe()
+        except SystemExit:
+            raise SystemExit(BROKEN_PIPE) from None
+
+
+console = _Console()
+#: soft_wrap: a message on stderr stays one line in logs and pipes (rich would wrap it at 80
+#: columns when stderr is no terminal)
+err = _Console(stderr=True, soft_wrap=True)
 
 DsnOption = Annotated[
     str | None,
@@ -43,6 +61,10 @@ PgDsnOption = Annotated[
                       "schema to migrate."),
 ]
 SchemaOption = Annotated[str, typer.Option("--schema", envvar="AGENTREPLAY_SCHEMA")]
+AcceptUnkeyedOption = Annotated[bool, typer.Option(
+    "--accept-unkeyed-runs", envvar=ACCEPT_UNKEYED_ENV,
+    help="With an HMAC key set (AGENTREPLAY_HMAC_KEY), also trust runs chained without one: "
+         "runs recorded before the key was introduced (SECURITY.md).")]
 
 
 def file_store_path(dsn: str) -> Path | None:
@@ -70,10 +92,12 @@ DEFAULT_SCHEMA = "agentreplay"
 
 
 def open_cli_store(dsn: str | None, schema: str = DEFAULT_SCHEMA, *,
-                   create: bool = False) -> Store:
+                   create: bool = False, accept_unkeyed: bool = False) -> Store:
     """The run store named by `--dsn` (or the embedded default), with a spinner while the
     embedded PostgreSQL starts. A file store must exist unless `create` (commands that write
-    runs into the store)."""
+    runs into the store). `accept_unkeyed`: `--accept-unkeyed-runs` (else the store reads
+    AGENTREPLAY_ACCEPT_UNKEYED_RUNS itself)."""
+    lax = {"accept_unkeyed_runs": True} if accept_unkeyed else {}
     if dsn is not None and not create:
         _check_exists(dsn)
     if dsn is None or names_postgres(dsn):
@@ -83,8 +107,8 @@ def open_cli_store(dsn: str | None, schema: str = DEFAULT_SCHEMA, *,
             # store answers "no runs yet" and `verify --all` passes); the default schema is
             # the store's home, made on first use
             return open_store(dsn, schema=schema,
-                              create_schema=create or schema == DEFAULT_SCHEMA)
-    return open_store(dsn)
+                              create_schema=create or schema == DEFAULT_SCHEMA, **lax)
+    return open_store(dsn, **lax)
 
 
 def require_postgres(dsn: str | None) -> None:
@@ -105,7 +129,10 @@ def require_postgres(dsn: str | None) -> None:
 def fail(message: str, hint: str = "", code: int = 2) -> typer.Exit:
     """Print one error line (and a hint) to stderr; raise the returned Exit. `soft_wrap`: each
     stays one line in logs and pipes (rich wraps at 80 columns when stderr is no terminal)."""
-    err.print("error: " + message, style="red", markup=False, highlight=False, soft_wrap=True)
+    # a message may quote a run name or a path: its control characters are shown escaped
+    err.print("error: " + visible(message), style="red", markup=False, highlight=False,
+              soft_wrap=True)
     if hint:
-        err.print("hint: " + hint, style="dim", markup=False, highlight=False, soft_wrap=True)
+        err.print("hint: " + visible(hint), style="dim", markup=False, highlight=False,
+                  soft_wrap=True)
     return typer.Exit(code)

@@ -10,7 +10,7 @@ from rich.text import Text
 
 from agentreplay_core._cli_app import DsnOption, SchemaOption, app, console, fail, open_cli_store
 from agentreplay_core._cli_common import cli_errors, print_json
-from agentreplay_core._cli_table import Column, fitted_table
+from agentreplay_core._cli_table import Column, fitted_table, visible
 from agentreplay_core._diff import summarize
 from agentreplay_core._model import Run, Step, StepKind
 from agentreplay_core._plural import counted
@@ -53,7 +53,8 @@ def _check_kinds(kinds: list[str], steps: list[Step]) -> None:
 
 def _print_first(result: RunComparison, run_a: Run, run_b: Run) -> None:
     for side, run in (("A", run_a), ("B", run_b)):
-        console.print(f"{side}: run {run.run_id} ({run.name or 'unnamed'})", markup=False,
+        console.print(visible(f"{side}: run {run.run_id} ({run.name or 'unnamed'})"),
+                      markup=False,
                       highlight=False, soft_wrap=True)
     first = result.first_divergence
     if first is None:
@@ -63,9 +64,10 @@ def _print_first(result: RunComparison, run_a: Run, run_b: Run) -> None:
     a, b = _number(first, "a"), _number(first, "b")
     where = " / ".join(f"{side} step {n}" for side, n in (("A", a), ("B", b)) if n is not None)
     console.print(f"[bold red]first divergence[/bold red] at {where}: "
-                  f"[bold]{first.classification}[/bold], {escape(first.step.kind)} "
-                  f"{escape(repr(first.step.name))}", soft_wrap=True)
-    console.print(describe(first, width=max(60, console.width - 2)), markup=False,
+                  f"[bold]{first.classification}[/bold], {escape(visible(first.step.kind))} "
+                  f"{escape(visible(repr(first.step.name)))}", soft_wrap=True)
+    described = describe(first, width=max(60, console.width - 2))
+    console.print("\n".join(visible(line) for line in described.splitlines()), markup=False,
                   highlight=False, soft_wrap=True)
 
 
@@ -83,7 +85,7 @@ def _print_table(result: RunComparison) -> None:
         rows.append([str(_number(pair, "a") or "-"), str(_number(pair, "b") or "-"),
                      Text(_STATUS_TEXT[pair.status], style=_STATUS_STYLE[pair.status]),
                      pair.step.kind, name, what])
-    console.print(fitted_table(columns, rows, console.width))
+    console.print(fitted_table(columns, rows, console.width), crop=False)
     counts = result.counts()
     console.print(", ".join(f"{n} {_STATUS_TEXT[s]}" for s, n in counts.items() if n),
                   highlight=False, soft_wrap=True)

@@ -26,7 +26,7 @@ from agentreplay_core._cli_common import (
     short_ids,
     status_text,
 )
-from agentreplay_core._cli_table import Column, fitted_table
+from agentreplay_core._cli_table import Column, fitted_table, visible
 from agentreplay_core._model import Run, RunStatus
 from agentreplay_core._plural import counted
 from agentreplay_core._prune import plan_prune, prune
@@ -89,7 +89,7 @@ def prune_command(
         return
     verb = "would delete" if dry_run else "deleted"
     if gone:
-        console.print(_table(gone))
+        console.print(_table(gone), crop=False)
     console.print(f"{verb} {counted(len(gone), 'run')} started before {local_time(plan.cutoff)}",
                   highlight=False, soft_wrap=True)
     if plan.still_recording:
@@ -99,5 +99,6 @@ def prune_command(
         for run in plan.still_recording:
             host = run.metadata.get("agentreplay", {})
             where = host.get("host") if isinstance(host, dict) else None
-            err.print(f"  {run.run_id} {run.name or ''} (host {where or '?'})", markup=False,
+            err.print(visible(f"  {run.run_id} {run.name or ''} (host {where or '?'})"),
+                      markup=False,
                       highlight=False, soft_wrap=True)

@@ -24,9 +24,22 @@ from typing import Annotated, Any
 
 import typer
 
-from agentreplay_core._cli_app import DsnOption, SchemaOption, app, err, fail, open_cli_store
+from agentreplay_core._cli_app import (
+    AcceptUnkeyedOption,
+    DsnOption,
+    SchemaOption,
+    app,
+    err,
+    fail,
+    open_cli_store,
+)
 from agentreplay_core._cli_common import cli_errors
+from agentreplay_core._cli_table import visible
 from agentreplay_core._plural import counted
+from agentreplay_core.stores._open import ACCEPT_UNKEYED_ENV
+
+#: how the session's report names recorded steps the program never asked for
+_UNUSED = "ReplayDivergence: replay diverged (missing_call)"
 
 #: run first inside the namespace: bring its loopback up (so CMD's own local servers work),
 #: then become CMD. Plain code with no imports of ours, so it costs no more than `python -c`.
@@ -114,7 +127,8 @@ def _read_report(path: Path) -> dict[str, Any] | None:
     "served the recording. It runs in a new network namespace when `unshare` permits, else "
     "with the in-process network guard only; the first line printed says which.\n\n"
     "Exit codes: CMD's own when it fails; 1 when CMD exits 0 but the replay did not finish "
-    "cleanly (recorded steps never asked for) or the run fails verification; 2 unknown run, "
+    "cleanly (recorded steps never asked for, unless --allow-unused) or the run fails "
+    "verification; 2 unknown run, "
     "usage or store error."))
 def replay_command(
     run_id: Annotated[str, typer.Argument(metavar="RUN", help="A run id, or a unique prefix.")],
@@ -130,6 +144,11 @@ def replay_command(
         help="Let the recording's placeholders (<secret:...>) match any text, for a machine "
              "without the redaction key the run was recorded with (sets "
              "AGENTREPLAY_CHECK_SECRETS=0).")] = False,
+    allow_unused: Annotated[bool, typer.Option(
+        "--allow-unused",
+        help="Finish cleanly (exit 0) when the program stops before asking for every "
+             "recorded step.")] = False,
+    accept_unkeyed: AcceptUnkeyedOption = False,
     dsn: DsnOption = None,
     schema: SchemaOption = "agentreplay",
 ) -> None:
@@ -141,13 +160,12 @@ def replay_command(
                    "agentreplay replay RUN -- python agent.py")
     with tempfile.TemporaryDirectory(prefix="agentreplay-replay-") as tmp:
         export, report_file = Path(tmp) / "run.jsonl", Path(tmp) / "report.json"
-        with cli_errors(), open_cli_store(dsn, schema) as store:
+        with cli_errors(), open_cli_store(dsn, schema, accept_unkeyed=accept_unkeyed) as store:
             run = store.get_run(run_id)
             exported = export_run(store, run.run_id, export)
         if not exported.report.ok:
-            err.print(f"error: run {run.run_id} fails verification; not replaying it:\n"
-                      f"{exported.report}", style="red", markup=False, highlight=False,
-                      soft_wrap=True)
+            _say(f"error: run {run.run_id} fails verification; not replaying it:\n"
+                 f"{exported.report}", "red")
             raise typer.Exit(1)
         sandbox = _sandbox(isolation)
         env = {**os.environ, "AGENTREPLAY_MODE": "replay", "AGENTREPLAY_RUN_ID": str(run.run_id),
@@ -157,6 +175,8 @@ def replay_command(
         env.pop("AGENTREPLAY_SCHEMA", None)
         if no_check_secrets:
             env["AGENTREPLAY_CHECK_SECRETS"] = "0"
+        if accept_unkeyed:  # the program's own store verifies the exported run again
+            env[ACCEPT_UNKEYED_ENV] = "1"
         unchecked = "; its placeholders match any text" if no_check_secrets else ""
         _say(f"agentreplay: replaying run {run.run_id} ({counted(exported.steps, 'step')}) "
              f"{sandbox.description}{unchecked}")
@@ -165,10 +185,12 @@ def replay_command(
         except OSError as exc:
             raise fail(f"cannot run {command[0]}: {exc.strerror or exc}", code=127) from None
         report = _read_report(report_file)
-    raise typer.Exit(_verdict(str(run.run_id), exported.steps, code, report))
+    raise typer.Exit(_verdict(str(run.run_id), exported.steps, code, report,
+                              allow_unused=allow_unused))
 
 
-def _verdict(run_id: str, steps: int, code: int, report: dict[str, Any] | None) -> int:
+def _verdict(run_id: str, steps: int, code: int, report: dict[str, Any] | None, *,
+             allow_unused: bool = False) -> int:
     """Say how the replay ended; the exit code."""
     if code < 0:  # killed by a signal, as a shell reports it
         code = 128 - code
@@ -186,13 +208,24 @@ def _verdict(run_id: str, steps: int, code: int, report: dict[str, Any] | None) 
              f"result, so none of the {steps} recorded steps of run {run_id} was replayed "
              "(agent code asks through active_session() or the adapters)", "red")
         return 1
+    if not report.get("ok") and allow_unused and error.startswith(_UNUSED):
+        used = report.get("steps")
+        of = f"{used} of {steps}" if isinstance(used, int) else f"some of the {steps}"
+        _say(f"agentreplay: replay of run {run_id} finished: the program asked for {of} "
+             "recorded steps; the rest are allowed unused (--allow-unused)", "green")
+        return 0
     if not report.get("ok"):
+        # the library's hint names its Python keyword; here the option is what can be passed
+        said = error.replace("pass allow_unused=True", "pass --allow-unused")
         _say(f"agentreplay: replay of run {run_id} did not finish cleanly: "
-             f"{error or 'no reason given'}", "red")
+             f"{said or 'no reason given'}", "red")
         return 1
     _say(f"agentreplay: replay of run {run_id} finished cleanly", "green")
     return 0
 
 
 def _say(message: str, style: str = "") -> None:
-    err.print(message, style=style, markup=False, highlight=False, soft_wrap=True)
+    """A line on stderr; a recorded error quoted in it may hold control characters."""
+    lines = message.splitlines() or [""]
+    err.print("\n".join(visible(line) for line in lines), style=style, markup=False,
+              highlight=False, soft_wrap=True)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.json import JSON
+from rich.highlighter import JSONHighlighter
 from rich.text import Text
 
 from agentreplay_core._cli_app import (
@@ -31,7 +33,8 @@ from agentreplay_core._cli_common import (
     status_text,
     unreadable_run_files,
 )
-from agentreplay_core._cli_table import Column, fitted_table
+from agentreplay_core._cli_table import Column, fitted_table, visible, visible_json
+from agentreplay_core._codec import encode
 from agentreplay_core._diff import summarize
 from agentreplay_core._divergence import peek
 from agentreplay_core._model import Run, RunStatus, Step
@@ -106,7 +109,7 @@ def runs_command(
                      local_time(run.started_at), duration_text(run), ", ".join(run_tags(run))])
         if forks:
             rows[-1].append(lineage(run))
-    console.print(fitted_table(columns, rows, console.width))
+    console.print(fitted_table(columns, rows, console.width), crop=False)
     if len(runs) == limit:
         err.print(f"showing the {limit} newest; --limit N shows more", style="dim", soft_wrap=True)
     _warn_unreadable(damaged)
@@ -115,12 +118,26 @@ def runs_command(
 def _warn_unreadable(damaged: list[tuple[Path, str]]) -> None:
     """One warning line per run file that could not be read, so is not listed."""
     for path, why in damaged:
-        err.print(f"warning: {path} is not listed: its run cannot be read: {why}",
+        err.print(visible(f"warning: {path} is not listed: its run cannot be read: {why}"),
                   style="yellow", markup=False, highlight=False, soft_wrap=True)
 
 
-def _one_line(value: Any, width: int, *, error: bool = False) -> Text:
-    return Text(summarize(peek(value), width), style="red" if error else "")
+def _one_line(value: Any, width: int) -> Text:
+    return Text(summarize(peek(value), width))
+
+
+def _error_line(value: Any, width: int) -> Text:
+    """A recorded error, marked as one in words (colour is lost in pipes, logs, NO_COLOR):
+    `error ValueError: 'no flights'`."""
+    record = peek(value)
+    if isinstance(record, dict) and record.get("cancelled") is True:
+        said = "cancelled"
+    elif isinstance(record, dict) and isinstance(record.get("type"), str):
+        message = record.get("message")
+        said = record["type"] + (f": {summarize(message, width)}" if message else "")
+    else:
+        said = summarize(record, width)
+    return Text(f"error {said}", style="red")
 
 
 def _jsonable(value: Any) -> Any:
@@ -130,6 +147,9 @@ def _jsonable(value: Any) -> Any:
         return {k if isinstance(k, str) else repr(k): _jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple, set, frozenset)):
         return [_jsonable(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        # strict JSON has no NaN or Infinity: written as `--json` writes them
+        return encode(value)
     return value
 
 
@@ -141,16 +161,17 @@ def _print_step(step: Step) -> None:
         "checksum": step.checksum, "input": _jsonable(peek(step.input)),
         "output": _jsonable(peek(step.output)),
     }
-    console.print(JSON.from_data(data, default=str, ensure_ascii=False), soft_wrap=True)
+    text = json.dumps(data, indent=2, default=str, ensure_ascii=False, allow_nan=False)
+    console.print(JSONHighlighter()(visible_json(text)), soft_wrap=True)
 
 
 def _print_run(run: Run, steps: list[Step]) -> None:
-    head = Text.assemble(("run ", "bold"), (str(run.run_id), "bold"), "  ", run.name or "",
-                         "  ", status_text(run))
+    head = Text.assemble(("run ", "bold"), (str(run.run_id), "bold"), "  ",
+                         visible(run.name or ""), "  ", status_text(run))
     lines = [f"started {local_time(run.started_at, seconds=True)}, took {duration_text(run)}, "
              + counted(len(steps), "step")]
     if run_tags(run):
-        lines.append("tags: " + ", ".join(run_tags(run)))
+        lines.append("tags: " + visible(", ".join(run_tags(run))))
     if run.parent_run_id is not None:
         lines.append(f"forked from {run.parent_run_id} at step {run.fork_step}")
     console.print(head)
@@ -160,9 +181,10 @@ def _print_run(run: Run, steps: list[Step]) -> None:
                Column("ms", justify="right"), Column("input", None), Column("output", None)]
     width = max(20, console.width)  # summarize as far as the widest cell could show
     rows: list[list[str | Text]] = [[str(s.step), s.kind, s.name, s.path, f"{s.duration_ms:.1f}",
-             _one_line(s.input, width), _one_line(s.output, width, error=s.is_error)]
+             _one_line(s.input, width),
+             _error_line(s.output, width) if s.is_error else _one_line(s.output, width)]
             for s in steps]
-    console.print(fitted_table(columns, rows, console.width))
+    console.print(fitted_table(columns, rows, console.width), crop=False)
 
 
 @app.command("show", help=(

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from agentreplay_core._cli_app import (
+    AcceptUnkeyedOption,
     DsnOption,
     SchemaOption,
     app,
@@ -48,11 +49,12 @@ def export_command(
         "-o", "--output", metavar="FILE",
         help="The file to write, ending in .jsonl (default: RUN_ID.jsonl here). An existing "
              "file is replaced.")] = None,
+    accept_unkeyed: AcceptUnkeyedOption = False,
     dsn: DsnOption = None,
     schema: SchemaOption = "agentreplay",
 ) -> None:
     """Export a run to a single-run .jsonl file."""
-    with cli_errors(), open_cli_store(dsn, schema) as store:
+    with cli_errors(), open_cli_store(dsn, schema, accept_unkeyed=accept_unkeyed) as store:
         run = store.get_run(run_id)
         target = output or Path(f"{run.run_id}.jsonl")
         with progress_bar(f"exporting {str(run.run_id)[:8]}") as update:
@@ -87,11 +89,13 @@ def import_command(
     no_verify: Annotated[bool, typer.Option(
         "--no-verify", help="Import a run that fails verification as it is (it keeps "
                             "failing verification).")] = False,
+    accept_unkeyed: AcceptUnkeyedOption = False,
     dsn: DsnOption = None,
     schema: SchemaOption = "agentreplay",
 ) -> None:
     """Import an exported run file."""
-    with cli_errors(), open_cli_store(dsn, schema, create=True) as store:
+    with cli_errors(), open_cli_store(dsn, schema, create=True,
+                                      accept_unkeyed=accept_unkeyed) as store:
         try:
             with progress_bar(f"importing {file.name}") as update:
                 result = import_run(store, file, replace=replace, verify=not no_verify,

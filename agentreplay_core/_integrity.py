@@ -199,8 +199,9 @@ def verify_chain(
             report.problems.insert(0, Problem(
                 run.run_id, None, "unkeyed_run",
                 "run is chained with plain SHA-256 although an HMAC key is configured: anyone "
-                "with write access could have forged it (pass accept_unkeyed=True for runs "
-                "recorded before the key existed)"))
+                "with write access could have forged it (for runs recorded before the key "
+                "existed: open_store(..., accept_unkeyed_runs=True), or "
+                "AGENTREPLAY_ACCEPT_UNKEYED_RUNS=1 / --accept-unkeyed-runs for the CLI)"))
         return report
     keys = list(dict.fromkeys(k for k in (key, *old_keys) if k))
     if not keys:

@@ -13,6 +13,8 @@ from agentreplay_core._store import Store
 DSN_ENV = "AGENTREPLAY_DSN"
 SCHEMA_ENV = "AGENTREPLAY_SCHEMA"
 POOLER_ENV = "AGENTREPLAY_POOLER"
+#: "1": with an HMAC key, also trust runs chained without one (SECURITY.md, introducing a key)
+ACCEPT_UNKEYED_ENV = "AGENTREPLAY_ACCEPT_UNKEYED_RUNS"
 _SCHEME_RE = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 #: libpq keywords a key=value connection string usually starts with
 _CONNINFO_RE = re.compile(
@@ -31,6 +33,11 @@ def _is_conninfo(text: str) -> bool:
     return "=" in text and ("dbname" in text or _CONNINFO_RE.match(text) is not None)
 
 
+def _env_flag(name: str) -> bool:
+    """Whether environment variable `name` is set to a true value (1, true, yes, on)."""
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
 def open_store(url: str | os.PathLike[str] | None = None, **options: Any) -> Store:
     """Open a run store.
 
@@ -43,7 +50,8 @@ def open_store(url: str | os.PathLike[str] | None = None, **options: Any) -> Sto
 
     Other keyword options go to `Store` (`hmac_key`, `spool_dir`, `max_queue`, `linger`:
     seconds the batched writer waits for more steps before it writes a burst, default 0.02;
-    `accept_unkeyed_runs`, `redaction`: a `Redactor`, or None to store secrets as they are;
+    `accept_unkeyed_runs`, on with `AGENTREPLAY_ACCEPT_UNKEYED_RUNS=1`, `redaction`: a
+    `Redactor`, or None to store secrets as they are;
     `prepare`: "process" to prepare batched steps in a helper process, see `Store`)
     or, for PostgreSQL, to the backend (`schema`, `max_size`, `migrate`,
     `write_statement_timeout`, `lock_timeout`, `pooler`: "transaction" behind PgBouncer in
@@ -52,6 +60,8 @@ def open_store(url: str | os.PathLike[str] | None = None, **options: Any) -> Sto
     store_options = {k: options.pop(k) for k in ("hmac_key", "spool_dir", "max_queue", "linger",
                                                   "accept_unkeyed_runs", "redaction", "prepare")
                      if k in options}
+    if _env_flag(ACCEPT_UNKEYED_ENV):
+        store_options.setdefault("accept_unkeyed_runs", True)
     if url is None:
         url = os.environ.get(DSN_ENV) or None
     if url is None:
