@@ -57,7 +57,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
     ) from exc
 
 from agentreplay_core import AbandonedStreamReplayed
-from agentreplay_llamaindex import _loop_threads
+from agentreplay_llamaindex import _loop_threads, _parallel_jobs
 from agentreplay_llamaindex._compat import SUPPORTED_VERSIONS
 from agentreplay_llamaindex._handlers import RecordingEventHandler, RecordingSpanHandler
 from agentreplay_llamaindex._instrument import Instrumentation, instrument
@@ -95,3 +95,4 @@ __all__ = [
 ]
 
 _loop_threads.install()
+_parallel_jobs.install()
