@@ -219,6 +219,16 @@ def test_runs_recorded_before_the_key_verify_and_replay_when_accepted(tmp_path: 
     assert "accept_unkeyed=True" not in refused.stdout
     lax = {**keyed, "AGENTREPLAY_ACCEPT_UNKEYED_RUNS": "1"}
     assert cli("verify", str(run_id), "--dsn", dsn, env=lax).returncode == 0
+    assert cli("verify", str(run_id), "--accept-unkeyed-runs", "--dsn", dsn,
+               env=keyed).returncode == 0
+    out = tmp_path / "by-option.jsonl"
+    assert cli("export", str(run_id), "-o", str(out), "--dsn", dsn, env=keyed).returncode == 1
+    assert cli("export", str(run_id), "-o", str(out), "--accept-unkeyed-runs", "--dsn", dsn,
+               env=keyed).returncode == 0
+    target = f"file:{tmp_path / 'laptop'}"
+    assert cli("import", str(out), "--dsn", target, env=keyed).returncode == 1
+    imported = cli("import", str(out), "--accept-unkeyed-runs", "--dsn", target, env=keyed)
+    assert imported.returncode == 0, imported.stderr
     exported = cli("export", str(run_id), "-o", str(tmp_path / "out.jsonl"), "--dsn", dsn, env=lax)
     assert exported.returncode == 0, exported.stderr
     agent = tmp_path / "agent.py"
