@@ -67,10 +67,15 @@ def install() -> None:
         original: AsyncioRun | None = getattr(async_utils, "asyncio_run", None)
         if original is None or hasattr(original, "__wrapped__") or copies_context(original):
             return
-        patched = in_context(original)
-        for name, module in list(sys.modules.items()):
-            held = getattr(module, "__dict__", {}).get("asyncio_run")
-            if name.startswith("llama_index.") and held is original:
-                module.asyncio_run = patched  # type: ignore[attr-defined]
+        replace_in_llama_index("asyncio_run", original, in_context(original))
     except Exception:  # a compatibility repair must not break the host's import
         log.exception("agentreplay: could not make LlamaIndex's asyncio_run keep the context")
+
+
+def replace_in_llama_index(attribute: str, original: object, patched: object) -> None:
+    """Put `patched` wherever a loaded LlamaIndex module holds `original` under `attribute`
+    (`async_utils` itself, and the modules that imported it by name)."""
+    for name, module in list(sys.modules.items()):
+        held = getattr(module, "__dict__", {}).get(attribute)
+        if name.startswith("llama_index.") and held is original:
+            setattr(module, attribute, patched)

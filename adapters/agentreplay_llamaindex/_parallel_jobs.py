@@ -18,11 +18,11 @@ from __future__ import annotations
 import importlib
 import inspect
 import logging
-import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 from agentreplay_llamaindex import _routing
+from agentreplay_llamaindex._loop_threads import replace_in_llama_index
 
 log = logging.getLogger("agentreplay.llamaindex")
 
@@ -114,10 +114,6 @@ def install() -> None:
         # the original has a `__wrapped__` of its own (its span decorator): look for ours
         if original is None or getattr(original, "agentreplay_job_order", False):
             return
-        patched = in_job_order(original)
-        for name, module in list(sys.modules.items()):
-            held = getattr(module, "__dict__", {}).get("run_jobs")
-            if name.startswith("llama_index.") and held is original:
-                module.run_jobs = patched  # type: ignore[attr-defined]
+        replace_in_llama_index("run_jobs", original, in_job_order(original))
     except Exception:  # a replay-fidelity repair must not break the host's import
         log.exception("agentreplay: could not make LlamaIndex's run_jobs start jobs in order")

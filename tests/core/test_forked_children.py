@@ -114,13 +114,6 @@ def local_store(request: pytest.FixtureRequest, tmp_path: Path, spool_dir: Path
         store.close()
 
 
-@pytest.fixture
-def pg_store(pg_dsn: str, pg_schema: str, spool_dir: Path) -> Iterator[Store]:
-    store = open_store(pg_dsn, schema=pg_schema, spool_dir=spool_dir)
-    try:
-        yield store
-    finally:
-        store.close()
 
 
 def _record_around_a_forked_worker(store: Store, durability: str) -> tuple[Recorder, InChild]:
