@@ -24,10 +24,22 @@ from agentreplay_core import ReplayDivergence, Store, open_store
 from agentreplay_langchain import (
     RecordingCallbackHandler,
     ReplayChatModel,
-    ReplayMiddleware,
     _tree,
     instrument,
 )
+
+
+def _has_create_agent() -> bool:
+    try:
+        from langchain.agents import create_agent  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+#: `create_agent`, and so `ReplayMiddleware`, are langchain 1.x
+needs_create_agent = pytest.mark.skipif(not _has_create_agent(),
+                                        reason="create_agent is langchain 1.x")
 
 
 @pytest.fixture
@@ -110,11 +122,14 @@ def search(q: str) -> str:
     return f"result for {q}"
 
 
+@needs_create_agent
 def test_a_create_agent_run_replays_its_message_ids_through_replay_middleware_alone(
         store: Store) -> None:
     from langchain.agents import create_agent
     from langchain.agents.middleware import ToolCallLimitMiddleware
     from langchain.agents.structured_output import ToolStrategy
+
+    from agentreplay_langchain import ReplayMiddleware
 
     def run(extra: list[Any], config: Any = None) -> list[tuple[str, Any, Any]]:
         agent = create_agent(Searcher(), [search], response_format=ToolStrategy(Answer),
@@ -151,9 +166,12 @@ def test_a_caught_divergence_is_not_reported_as_a_call_that_ran_for_real(
     assert "asked for it at the recorded path and refused the request" in message
 
 
+@needs_create_agent
 def test_a_divergence_names_the_model_that_ran_for_real_before_it(store: Store) -> None:
     from langchain.agents import create_agent
     from langchain.agents.middleware import SummarizationMiddleware
+
+    from agentreplay_langchain import ReplayMiddleware
 
     class Agentish(Searcher):
         def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
@@ -186,8 +204,11 @@ class ChatAcme(GenericFakeChatModel):
     """Stands for a provider's chat model class."""
 
 
+@needs_create_agent
 def test_replay_middleware_names_the_models_events_as_the_live_run_did(store: Store) -> None:
     from langchain.agents import create_agent
+
+    from agentreplay_langchain import ReplayMiddleware
 
     async def model_events(extra: list[Any]) -> list[tuple[str, str]]:
         agent = create_agent(ChatAcme(messages=iter([AIMessage("hello there")])), [],
