@@ -6,6 +6,7 @@ import errno
 import importlib
 import os
 import sys
+import types
 from typing import TYPE_CHECKING, NoReturn
 
 if TYPE_CHECKING:
@@ -41,12 +42,28 @@ def main() -> None:
         _quiet_broken_pipe()
 
 
-def _run() -> None:
-    # typer's own copy of click: its errors are not the `click` package's
-    from typer import Abort
-    from typer._click.exceptions import ClickException, NoArgsIsHelpError
-    from typer._click.utils import PacifyFlushWrapper
+class _NeverRaised(Exception):
+    exit_code = 0
 
+
+def _click_modules() -> tuple[types.ModuleType, types.ModuleType]:
+    """click's `exceptions` and `utils`: typer's own copy of click since typer 0.29 (its
+    errors are not the `click` package's), the `click` package before."""
+    try:
+        return (importlib.import_module("typer._click.exceptions"),
+                importlib.import_module("typer._click.utils"))
+    except ImportError:
+        return importlib.import_module("click.exceptions"), importlib.import_module("click.utils")
+
+
+def _run() -> None:
+    from typer import Abort
+
+    exceptions, utils = _click_modules()
+    ClickException = exceptions.ClickException
+    # click 8.2's; before it, the help for no arguments ended in a plain exit
+    NoArgsIsHelpError = getattr(exceptions, "NoArgsIsHelpError", _NeverRaised)
+    PacifyFlushWrapper = utils.PacifyFlushWrapper
     app = load_app()
     try:
         code = app(standalone_mode=False)

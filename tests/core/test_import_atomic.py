@@ -79,6 +79,8 @@ import os, signal, sys
 from agentreplay_core import open_store
 from agentreplay_core._transfer import import_run
 url, schema, path, sig = sys.argv[1:]
+# a Ctrl-C at a terminal: a test run started in the background inherits SIGINT ignored
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 def progress(done: int, total: int) -> None:
     if done >= 1000:
