@@ -202,14 +202,13 @@ class Spool:
         and loading twice is harmless. Loaders in other threads and processes wait their turn.
         Rows spooled for another store are left alone (0).
         """
-        return self._load_run(backend, run_id) or 0
+        return self._load_run(backend, run_id, store_identity(backend)) or 0
 
-    def _load_run(self, backend: StoreBackend, run_id: UUID) -> int | None:
+    def _load_run(self, backend: StoreBackend, run_id: UUID, here: str) -> int | None:
         """`load_into`, but None when nothing was spooled for the run (anymore), or only for
-        another store."""
+        another store than `here` (the backend's `store_identity`, made once per flush)."""
         if not self.directory.is_dir():
             return None
-        here = store_identity(backend)
         live = self._file(run_id)
         loading = self.directory / f"{run_id}{LOADING}"
         count: int | None = None
@@ -296,7 +295,7 @@ class Spool:
             if owner not in (None, here):
                 continue
             try:
-                count = self._load_run(backend, run_id)
+                count = self._load_run(backend, run_id, here)
             except Exception as exc:  # any one run's problem, reported together below
                 failed[run_id] = f"{type(exc).__name__}: {exc}"
                 # A file naming no store may be another store's, whose run this one lacks:
